@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Installs what is missing, builds, and trains: scripts/train.sh [CONFIG] [KEY=VALUE ...] [ltrain flags]
+# Default CONFIG: configs/quickstart.yaml on Fashion-MNIST. Each run gets a fresh directory under
+# runs/ unless --output-dir is given.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+"$root/scripts/setup.sh"
+"$root/scripts/build.sh" >/dev/null
+config=configs/quickstart.yaml
+if [ $# -gt 0 ] && [[ "$1" != *=* ]] && [[ "$1" != -* ]]; then config=$1; shift; fi
+cd "$root"
+extra=()
+if [[ " $* " != *" --output-dir "* ]]; then
+  stem=$(basename "$config" .yaml)
+  extra=(--output-dir "runs/$stem-$(date +%Y%m%d-%H%M%S)")
+fi
+exec "$root/build/ltrain" train "$config" "$@" "${extra[@]}"

@@ -1,0 +1,88 @@
+// The typed, validated experiment configuration every module reads. Fields only: defaults, help and
+// constraints live in schema.cpp, the one place each option is declared.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ltrain::config {
+
+struct DataConfig {
+  std::string dataset;
+  std::string path;
+  int64_t batch_size;
+  int64_t eval_batch_size;
+  int64_t num_workers;
+  int64_t prefetch;
+  bool shuffle;
+  bool drop_last;
+  int64_t synthetic_train_samples;
+  int64_t synthetic_test_samples;
+  std::vector<int64_t> synthetic_shape;
+  int64_t synthetic_classes;
+};
+
+struct ModelConfig {
+  std::string name;
+  std::vector<int64_t> hidden;
+  std::string activation;
+  double dropout;
+  std::vector<int64_t> channels;
+  int64_t kernel_size;
+  std::string pool;
+  bool batch_norm;
+  std::vector<int64_t> fc;
+};
+
+struct OptimizerConfig {
+  std::string name;
+  double lr;
+  double momentum;
+  bool nesterov;
+  double weight_decay;
+  std::vector<double> betas;
+  double eps;
+};
+
+struct SchedulerConfig {
+  std::string name;
+  int64_t warmup_steps;
+  int64_t step_size;
+  double gamma;
+  double min_lr;
+};
+
+struct TrainConfig {
+  int64_t epochs;
+  int64_t max_steps;
+  int64_t grad_accum;
+  double clip_grad_norm;
+  std::string precision;
+  int64_t log_every;
+  int64_t eval_every;
+  int64_t checkpoint_every;
+  std::string resume;
+  int64_t threads;
+};
+
+struct DistConfig {
+  std::string backend;
+  double bucket_cap_mb;
+  bool find_unused_parameters;
+  int64_t timeout_s;
+  std::string grad_compression;
+};
+
+struct ExperimentConfig {
+  std::string name;
+  int64_t seed;
+  std::string output_dir;
+  DataConfig data;
+  ModelConfig model;
+  OptimizerConfig optimizer;
+  SchedulerConfig scheduler;
+  TrainConfig train;
+  DistConfig dist;
+};
+
+}  // namespace ltrain::config

@@ -1,0 +1,155 @@
+// Config loading: walk the YAML tree against the schema, apply overrides, validate.
+#include "ltrain/config/load.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "ltrain/common/errors.h"
+#include "ltrain/config/schema.h"
+
+namespace ltrain::config {
+namespace {
+
+std::string unknownKey(const std::string& key) {
+  std::string hint = closestKey(key);
+  return hint.empty() ? fmt::format("unknown key '{}'", key)
+                      : fmt::format("unknown key '{}' (did you mean '{}'?)", key, hint);
+}
+
+struct Builder {
+  LoadedConfig out;
+  std::map<std::string, bool> explicitly_set;
+
+  void set(const Option& opt, const YAML::Node& value, const std::string& where) {
+    try {
+      opt.assign(out.cfg, value);
+    } catch (const UsageError& e) {
+      throw UsageError(fmt::format("{}: {}: {}", where, opt.path, e.what()));
+    }
+    out.sources[opt.path] = where;
+    explicitly_set[opt.path] = true;
+  }
+
+  void walk(const YAML::Node& map, const std::string& prefix, const std::string& origin) {
+    for (auto it = map.begin(); it != map.end(); ++it) {
+      const auto mark = it->first.Mark();
+      const std::string where = fmt::format("{}:{}", origin, mark.line + 1);
+      if (!it->first.IsScalar()) throw UsageError(where + ": keys must be plain names");
+      const std::string path =
+          prefix.empty() ? it->first.Scalar() : prefix + "." + it->first.Scalar();
+      if (const Option* opt = findOption(path)) {
+        set(*opt, it->second, where);
+      } else if (isSection(path)) {
+        if (it->second.IsNull()) continue;  // "data:" with nothing under it
+        if (!it->second.IsMap())
+          throw UsageError(fmt::format("{}: section '{}' must be a mapping of keys", where, path));
+        walk(it->second, path, origin);
+      } else {
+        throw UsageError(fmt::format("{}: {}", where, unknownKey(path)));
+      }
+    }
+  }
+};
+
+void validate(const LoadedConfig& lc, const std::map<std::string, bool>& explicitly_set) {
+  const ExperimentConfig& c = lc.cfg;
+  for (const auto& opt : schema()) {
+    try {
+      checkConstraints(opt, c);
+    } catch (const UsageError& e) {
+      auto src = lc.sources.find(opt.path);
+      throw UsageError(src == lc.sources.end() || src->second == "default"
+                           ? std::string(e.what())
+                           : fmt::format("{}: {}", src->second, e.what()));
+    }
+    if (!opt.model.empty() && opt.model != c.model.name && explicitly_set.count(opt.path))
+      throw UsageError(fmt::format("{}: {} is a field of model '{}', but model.name is '{}'",
+                                   lc.sources.at(opt.path), opt.path, opt.model, c.model.name));
+  }
+  if (c.optimizer.betas.size() != 2)
+    throw UsageError(fmt::format("optimizer.betas must have 2 values [beta1, beta2], got {}",
+                                 c.optimizer.betas.size()));
+  if (c.data.synthetic_shape.size() != 3)
+    throw UsageError(fmt::format("data.synthetic_shape must be [C, H, W] (3 values), got {}",
+                                 c.data.synthetic_shape.size()));
+  if (c.model.kernel_size % 2 == 0)
+    throw UsageError(fmt::format("model.kernel_size must be odd, got {}", c.model.kernel_size));
+  if (c.name.empty() || c.name.find('/') != std::string::npos)
+    throw UsageError(
+        fmt::format("name must be a non-empty directory name without '/', got '{}'", c.name));
+  if (c.data.dataset == "mnist" && c.data.path.empty())
+    throw UsageError(
+        "data.path must name the directory of the MNIST IDX files for dataset 'mnist'");
+}
+
+}  // namespace
+
+std::pair<std::string, YAML::Node> parseOverride(const std::string& text) {
+  const auto eq = text.find('=');
+  if (eq == std::string::npos || eq == 0)
+    throw UsageError(
+        fmt::format("override '{}': expected KEY=VALUE, e.g. optimizer.lr=0.01", text));
+  std::string key = text.substr(0, eq), value = text.substr(eq + 1);
+  if (value.empty())
+    throw UsageError(fmt::format("override '{}': expected a value after '='", text));
+  try {
+    return {key, YAML::Load(value)};
+  } catch (const YAML::Exception& e) {
+    throw UsageError(fmt::format("override '{}': value is not valid YAML ({})", text, e.msg));
+  }
+}
+
+LoadedConfig loadConfigText(const std::string& text, const std::string& origin,
+                            const std::vector<std::string>& overrides) {
+  Builder b;
+  b.out.cfg = defaults();
+  b.out.file = origin;
+  b.out.overrides = overrides;
+  for (const auto& o : schema()) b.out.sources[o.path] = "default";
+
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw UsageError(fmt::format("{}:{}: invalid YAML: {}", origin, e.mark.line + 1, e.msg));
+  }
+  if (root.IsDefined() && !root.IsNull()) {
+    if (!root.IsMap())
+      throw UsageError(
+          fmt::format("{}: expected a mapping of config keys at the top level", origin));
+    b.walk(root, "", origin);
+  }
+  for (const auto& text_override : overrides) {
+    auto [key, value] = parseOverride(text_override);
+    const Option* opt = findOption(key);
+    if (!opt) {
+      if (isSection(key))
+        throw UsageError(
+            fmt::format("override '{}': '{}' is a section; set one of its keys "
+                        "(KEY.FIELD=VALUE)",
+                        text_override, key));
+      throw UsageError(fmt::format("override '{}': {}", text_override, unknownKey(key)));
+    }
+    b.set(*opt, value, fmt::format("override {}", text_override));
+  }
+  validate(b.out, b.explicitly_set);
+  return b.out;
+}
+
+LoadedConfig loadConfig(const std::string& file, const std::vector<std::string>& overrides) {
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec))
+    throw UsageError(fmt::format("config file '{}' not found", file));
+  if (std::filesystem::is_directory(file, ec))
+    throw UsageError(fmt::format("config file '{}' is a directory, expected a YAML file", file));
+  std::ifstream in(file);
+  if (!in) throw UsageError(fmt::format("config file '{}' cannot be read", file));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return loadConfigText(ss.str(), file, overrides);
+}
+
+}  // namespace ltrain::config

@@ -1,0 +1,293 @@
+// The option table. Each LT_OPT names the struct member once: its dotted path is the member path
+// stringified, so a key and the field it fills cannot drift apart.
+#include "ltrain/config/schema.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "ltrain/common/errors.h"
+
+namespace ltrain::config {
+namespace {
+
+template <class T>
+struct ValueTraits;
+
+std::string shown(const YAML::Node& n) {
+  if (n.IsScalar()) return "'" + n.Scalar() + "'";
+  YAML::Emitter e;
+  e.SetMapFormat(YAML::Flow);
+  e.SetSeqFormat(YAML::Flow);
+  e << n;
+  return e.c_str();
+}
+
+[[noreturn]] void expected(const std::string& what, const YAML::Node& n) {
+  throw UsageError(fmt::format("expected {}, got {}", what, shown(n)));
+}
+
+template <>
+struct ValueTraits<bool> {
+  static constexpr const char* name = "bool";
+  static bool parse(const YAML::Node& n) {
+    bool v;
+    if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v))
+      expected("a boolean (true or false)", n);
+    return v;
+  }
+  static YAML::Node emit(bool v) { return YAML::Node(v); }
+};
+
+template <>
+struct ValueTraits<int64_t> {
+  static constexpr const char* name = "int";
+  static int64_t parse(const YAML::Node& n) {
+    int64_t v;
+    if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v)) expected("an integer", n);
+    return v;
+  }
+  static YAML::Node emit(int64_t v) { return YAML::Node(v); }
+};
+
+template <>
+struct ValueTraits<double> {
+  static constexpr const char* name = "float";
+  static double parse(const YAML::Node& n) {
+    double v;
+    if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || !std::isfinite(v))
+      expected("a finite number", n);
+    return v;
+  }
+  // Shortest form that reads back to the same double ("0.1", not "0.10000000000000001").
+  static YAML::Node emit(double v) { return YAML::Node(fmt::format("{}", v)); }
+};
+
+template <>
+struct ValueTraits<std::string> {
+  static constexpr const char* name = "string";
+  static std::string parse(const YAML::Node& n) {
+    if (!n.IsScalar()) expected("a string", n);
+    return n.Scalar();
+  }
+  static YAML::Node emit(const std::string& v) { return YAML::Node(v); }
+};
+
+template <class E>
+struct ValueTraits<std::vector<E>> {
+  static std::string listName() { return std::string("list of ") + ValueTraits<E>::name; }
+  static std::vector<E> parse(const YAML::Node& n) {
+    if (!n.IsSequence()) expected(fmt::format("a {} like [1, 2]", listName()), n);
+    std::vector<E> out;
+    for (const auto& item : n) {
+      try {
+        out.push_back(ValueTraits<E>::parse(item));
+      } catch (const UsageError&) {
+        expected(fmt::format("a {}", listName()), n);
+      }
+    }
+    return out;
+  }
+  static YAML::Node emit(const std::vector<E>& v) {
+    YAML::Node n(YAML::NodeType::Sequence);
+    for (const auto& x : v) n.push_back(ValueTraits<E>::emit(x));
+    n.SetStyle(YAML::EmitterStyle::Flow);
+    return n;
+  }
+};
+
+template <class T>
+std::string typeName() {
+  if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>)
+    return ValueTraits<T>::listName();
+  else
+    return ValueTraits<T>::name;
+}
+
+template <class Access, class T = std::decay_t<std::invoke_result_t<Access, ExperimentConfig&>>>
+Option makeOption(const char* path, Access access, std::string help, T def) {
+  Option o;
+  o.path = path;
+  o.type_name = typeName<T>();
+  o.help = std::move(help);
+  o.assign = [access](ExperimentConfig& c, const YAML::Node& n) {
+    access(c) = ValueTraits<T>::parse(n);
+  };
+  o.read = [access](const ExperimentConfig& c) {
+    return ValueTraits<T>::emit(access(const_cast<ExperimentConfig&>(c)));
+  };
+  o.set_default = [access, def](ExperimentConfig& c) { access(c) = def; };
+  return o;
+}
+
+using IntList = std::vector<int64_t>;
+using FloatList = std::vector<double>;
+
+// Defaults are the last argument so that braced lists survive the macro.
+#define LT_OPT(PATH, HELP, ...) \
+  makeOption(                   \
+      #PATH, [](ExperimentConfig & c) -> auto& { return c.PATH; }, HELP, __VA_ARGS__)
+
+std::vector<Option> buildSchema() {
+  using S = std::string;
+  return {
+      LT_OPT(name, "Run name; the run directory is <output_dir>/<name>", S("run")),
+      LT_OPT(seed, "Seed for weight init, dropout and the sampler", int64_t{0}).atLeast(0),
+      LT_OPT(output_dir, "Directory under which run directories are made", S("runs")),
+
+      LT_OPT(data.dataset, "Dataset", S("fashion_mnist"))
+          .oneOf({"fashion_mnist", "mnist", "synthetic"}),
+      LT_OPT(data.path,
+             "Directory of the IDX files; empty: the dataset's standard location "
+             "(/usr/share/datasets/fashion-mnist for fashion_mnist)",
+             S("")),
+      LT_OPT(data.batch_size, "Training batch size per process", int64_t{64}).atLeast(1),
+      LT_OPT(data.eval_batch_size, "Evaluation batch size per process", int64_t{1000}).atLeast(1),
+      LT_OPT(data.num_workers, "Loader threads building batches ahead of the step", int64_t{1})
+          .atLeast(0)
+          .atMost(64),
+      LT_OPT(data.prefetch, "Batches each loader thread may have ready ahead", int64_t{2})
+          .atLeast(1),
+      LT_OPT(data.shuffle, "Shuffle the training set each epoch (seed + epoch)", true),
+      LT_OPT(data.drop_last, "Drop the last incomplete training batch", false),
+      LT_OPT(data.synthetic_train_samples, "synthetic: training examples", int64_t{2048})
+          .atLeast(1),
+      LT_OPT(data.synthetic_test_samples, "synthetic: test examples", int64_t{512}).atLeast(1),
+      LT_OPT(data.synthetic_shape, "synthetic: shape of one example [C, H, W]", IntList{1, 28, 28})
+          .atLeast(1),
+      LT_OPT(data.synthetic_classes, "synthetic: number of classes", int64_t{10}).atLeast(2),
+
+      LT_OPT(model.name, "Model family", S("mlp")).oneOf({"mlp", "cnn"}),
+      LT_OPT(model.hidden, "mlp: hidden layer sizes", IntList{256, 128, 100})
+          .atLeast(1)
+          .forModel("mlp"),
+      LT_OPT(model.activation, "Activation after each hidden layer", S("relu"))
+          .oneOf({"relu", "gelu", "tanh", "sigmoid"}),
+      LT_OPT(model.dropout, "Dropout probability after each hidden layer", 0.0)
+          .atLeast(0)
+          .atMost(0.99),
+      LT_OPT(model.channels, "cnn: output channels of each conv block", IntList{32, 64})
+          .atLeast(1)
+          .forModel("cnn"),
+      LT_OPT(model.kernel_size, "cnn: conv kernel size (odd; 'same' padding)", int64_t{3})
+          .atLeast(1)
+          .forModel("cnn"),
+      LT_OPT(model.pool, "cnn: 2x2 pooling after each conv block", S("max"))
+          .oneOf({"max", "avg", "none"})
+          .forModel("cnn"),
+      LT_OPT(model.batch_norm, "cnn: batch norm after each conv", true).forModel("cnn"),
+      LT_OPT(model.fc, "cnn: fully connected layer sizes before the classifier", IntList{128})
+          .atLeast(1)
+          .forModel("cnn"),
+
+      LT_OPT(optimizer.name, "Optimizer", S("sgd")).oneOf({"sgd", "adam", "adamw"}),
+      LT_OPT(optimizer.lr, "Peak learning rate", 0.1).positive(),
+      LT_OPT(optimizer.momentum, "sgd: momentum", 0.9).atLeast(0).atMost(1),
+      LT_OPT(optimizer.nesterov, "sgd: Nesterov momentum", false),
+      LT_OPT(optimizer.weight_decay, "L2 penalty (sgd, adam) or decoupled decay (adamw)", 0.0)
+          .atLeast(0),
+      LT_OPT(optimizer.betas, "adam/adamw: [beta1, beta2]", FloatList{0.9, 0.999})
+          .atLeast(0)
+          .atMost(1),
+      LT_OPT(optimizer.eps, "adam/adamw: epsilon", 1e-8).positive(),
+
+      LT_OPT(scheduler.name, "Learning-rate schedule after warm-up", S("constant"))
+          .oneOf({"constant", "step", "cosine", "linear"}),
+      LT_OPT(scheduler.warmup_steps, "Steps of linear warm-up from 0 to optimizer.lr", int64_t{0})
+          .atLeast(0),
+      LT_OPT(scheduler.step_size, "step: multiply by gamma every step_size steps", int64_t{1000})
+          .atLeast(1),
+      LT_OPT(scheduler.gamma, "step: decay factor", 0.1).positive().atMost(1),
+      LT_OPT(scheduler.min_lr, "cosine/linear: learning rate reached at the last step", 0.0)
+          .atLeast(0),
+
+      LT_OPT(train.epochs, "Passes over the training set", int64_t{1}).atLeast(1),
+      LT_OPT(train.max_steps, "Stop after this many optimizer steps; 0: no limit", int64_t{0})
+          .atLeast(0),
+      LT_OPT(train.grad_accum, "Micro-batches accumulated per optimizer step", int64_t{1})
+          .atLeast(1),
+      LT_OPT(train.clip_grad_norm, "Clip the global gradient norm to this; 0: off", 0.0).atLeast(0),
+      LT_OPT(train.precision, "Compute precision (bf16: autocast)", S("fp32"))
+          .oneOf({"fp32", "bf16"}),
+      LT_OPT(train.log_every, "Optimizer steps between training log lines", int64_t{50}).atLeast(1),
+      LT_OPT(train.eval_every, "Optimizer steps between evaluations; 0: at the end of each epoch",
+             int64_t{0})
+          .atLeast(0),
+      LT_OPT(train.checkpoint_every,
+             "Optimizer steps between checkpoints; 0: at the end of each epoch", int64_t{0})
+          .atLeast(0),
+      LT_OPT(train.resume,
+             "auto: continue from the run directory's newest checkpoint; never; "
+             "or a checkpoint file",
+             S("auto")),
+      LT_OPT(train.threads, "Intra-op CPU threads per process; 0: torch's default", int64_t{0})
+          .atLeast(0),
+
+      LT_OPT(dist.backend, "Collective backend", S("auto")).oneOf({"auto", "nccl", "gloo"}),
+      LT_OPT(dist.bucket_cap_mb, "Gradient bucket size in MiB (the first bucket is 1 MiB)", 25.0)
+          .positive(),
+      LT_OPT(dist.find_unused_parameters, "Reduce parameters that got no gradient as zeros", false),
+      LT_OPT(dist.timeout_s, "Bound on rendezvous and every collective, seconds", int64_t{1800})
+          .atLeast(1),
+      LT_OPT(dist.grad_compression, "Gradient compression for the allreduce", S("none"))
+          .oneOf({"none", "bf16", "fp16"}),
+  };
+}
+#undef LT_OPT
+
+}  // namespace
+
+const std::vector<Option>& schema() {
+  static const std::vector<Option> table = buildSchema();
+  return table;
+}
+
+const Option* findOption(const std::string& path) {
+  for (const auto& o : schema())
+    if (o.path == path) return &o;
+  return nullptr;
+}
+
+bool isSection(const std::string& path) {
+  const std::string prefix = path + ".";
+  return std::any_of(schema().begin(), schema().end(),
+                     [&](const Option& o) { return o.path.rfind(prefix, 0) == 0; });
+}
+
+ExperimentConfig defaults() {
+  ExperimentConfig c;
+  for (const auto& o : schema()) o.set_default(c);
+  return c;
+}
+
+namespace {
+void checkNumber(const Option& opt, double v) {
+  auto num = [](double x) { return fmt::format("{:g}", x); };
+  if (opt.min && (opt.min_exclusive ? v <= *opt.min : v < *opt.min))
+    throw UsageError(fmt::format("{} must be {} {}, got {}", opt.path,
+                                 opt.min_exclusive ? ">" : ">=", num(*opt.min), num(v)));
+  if (opt.max && v > *opt.max)
+    throw UsageError(fmt::format("{} must be <= {}, got {}", opt.path, num(*opt.max), num(v)));
+}
+}  // namespace
+
+void checkConstraints(const Option& opt, const ExperimentConfig& cfg) {
+  const YAML::Node v = opt.read(cfg);
+  if (!opt.choices.empty()) {
+    const auto& s = v.Scalar();
+    if (std::find(opt.choices.begin(), opt.choices.end(), s) == opt.choices.end())
+      throw UsageError(
+          fmt::format("{} must be one of {}, got '{}'", opt.path, fmt::join(opt.choices, "|"), s));
+  }
+  if (!opt.min && !opt.max) return;
+  if (v.IsSequence()) {
+    for (const auto& x : v) checkNumber(opt, x.as<double>());
+  } else if (opt.type_name == "int" || opt.type_name == "float") {
+    checkNumber(opt, v.as<double>());
+  }
+}
+
+}  // namespace ltrain::config

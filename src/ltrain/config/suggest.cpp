@@ -1,0 +1,49 @@
+// "did you mean ...?" for unknown keys. Edit distance is written here: none of the project's
+// libraries offers one, and it is ten lines.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "ltrain/config/load.h"
+#include "ltrain/config/schema.h"
+
+namespace ltrain::config {
+namespace {
+
+size_t editDistance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string leaf(const std::string& path) {
+  auto dot = path.rfind('.');
+  return dot == std::string::npos ? path : path.substr(dot + 1);
+}
+
+}  // namespace
+
+std::string closestKey(const std::string& key) {
+  std::string best;
+  size_t best_score = std::string::npos;
+  for (const auto& o : schema()) {
+    // A misspelt full path, or the right leaf under the wrong (or no) section.
+    size_t full = editDistance(key, o.path);
+    size_t by_leaf = editDistance(leaf(key), leaf(o.path)) + 1;
+    size_t score = std::min(full, by_leaf);
+    if (score < best_score) best_score = score, best = o.path;
+  }
+  size_t limit = std::max<size_t>(2, leaf(key).size() / 3 + 1);
+  return best_score <= limit ? best : "";
+}
+
+}  // namespace ltrain::config

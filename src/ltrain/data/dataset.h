@@ -1,0 +1,32 @@
+// In-memory classification datasets: IDX image sets (MNIST, Fashion-MNIST) and a seeded synthetic
+// set for fast tests. Inputs stay in their stored dtype; the loader normalises per batch.
+#pragma once
+#include <torch/types.h>
+
+#include <string>
+
+#include "ltrain/config/experiment_config.h"
+
+namespace ltrain::data {
+
+struct Dataset {
+  torch::Tensor inputs;   // [N, C, H, W], uint8 (scaled by 1/255) or float32
+  torch::Tensor targets;  // [N], int64
+  int64_t num_classes = 0;
+  float mean = 0.f, std = 1.f;  // applied after scaling: (x - mean) / std
+  int64_t size() const { return targets.size(0); }
+  std::vector<int64_t> exampleShape() const { return inputs.sizes().slice(1).vec(); }
+};
+
+struct Splits {
+  Dataset train, test;
+};
+
+// The directory data.path resolves to ("" -> the dataset's standard location).
+std::string resolvedDataPath(const config::DataConfig& cfg);
+// Throws UsageError for a missing or malformed dataset.
+Splits loadDataset(const config::DataConfig& cfg, uint64_t seed);
+// Images [N,H,W] + labels [N] from two IDX files, checked against each other.
+Dataset loadIdxPair(const std::string& images, const std::string& labels, int64_t num_classes);
+
+}  // namespace ltrain::data

@@ -1,0 +1,99 @@
+#include "ltrain/data/loader.h"
+
+#include <torch/torch.h>
+
+// OpenMP's per-thread team size; weak so a torch built without OpenMP still links.
+extern "C" void omp_set_num_threads(int) __attribute__((weak));
+
+namespace ltrain::data {
+
+Batch makeBatch(const Dataset& ds, const int64_t* indices, int64_t count) {
+  torch::NoGradGuard no_grad;
+  auto idx = torch::from_blob(const_cast<int64_t*>(indices), {count}, torch::kLong);
+  Batch b;
+  b.targets = ds.targets.index_select(0, idx);
+  auto x = ds.inputs.index_select(0, idx);
+  if (x.scalar_type() == torch::kUInt8) {
+    // (x/255 - mean)/std folded into one multiply-add on the float copy.
+    const float scale = 1.f / (255.f * ds.std), shift = -ds.mean / ds.std;
+    x = x.to(torch::kFloat).mul_(scale).add_(shift);
+  } else if (ds.mean != 0.f || ds.std != 1.f) {
+    x = (x - ds.mean) / ds.std;
+  }
+  b.inputs = x;
+  return b;
+}
+
+Loader::Loader(const Dataset& ds, std::vector<int64_t> indices, int64_t batch_size, bool drop_last,
+               int64_t num_workers, int64_t prefetch, int64_t first_batch)
+    : ds_(ds),
+      indices_(std::move(indices)),
+      batch_size_(batch_size),
+      num_batches_(batchesPerEpoch(static_cast<int64_t>(indices_.size()), batch_size, drop_last)),
+      prefetch_(prefetch),
+      next_batch_(first_batch) {
+  for (int64_t w = 0; w < num_workers; ++w) workers_.push_back(std::make_unique<Worker>());
+  for (size_t w = 0; w < workers_.size(); ++w)
+    workers_[w]->thread = std::thread([this, w] { work(w); });
+}
+
+Loader::~Loader() {
+  for (auto& w : workers_) {
+    std::lock_guard<std::mutex> lk(w->mu);
+    stop_ = true;
+  }
+  for (auto& w : workers_) {
+    w->cv.notify_all();
+    w->thread.join();
+  }
+}
+
+Batch Loader::build(int64_t b) const {
+  const int64_t start = b * batch_size_;
+  const int64_t count =
+      std::min<int64_t>(batch_size_, static_cast<int64_t>(indices_.size()) - start);
+  return makeBatch(ds_, indices_.data() + start, count);
+}
+
+void Loader::work(size_t w) {
+  // Intra-op threads belong to the training step; a worker builds its batch on its own thread.
+  // (at::set_num_threads would change the whole process; the OpenMP setting is per thread.)
+  if (omp_set_num_threads) omp_set_num_threads(1);
+  const int64_t stride = static_cast<int64_t>(workers_.size());
+  int64_t first = next_batch_;
+  int64_t b = first + ((static_cast<int64_t>(w) - first % stride) % stride + stride) % stride;
+  Worker& me = *workers_[w];
+  for (; b < num_batches_; b += stride) {
+    {
+      std::unique_lock<std::mutex> lk(me.mu);
+      me.cv.wait(lk, [&] { return stop_ || static_cast<int64_t>(me.ready.size()) < prefetch_; });
+      if (stop_) return;
+    }
+    Batch batch = build(b);
+    {
+      std::lock_guard<std::mutex> lk(me.mu);
+      me.ready.push_back(std::move(batch));
+    }
+    me.cv.notify_all();
+  }
+}
+
+bool Loader::next(Batch& out) {
+  if (next_batch_ >= num_batches_) return false;
+  if (workers_.empty()) {
+    out = build(next_batch_++);
+    return true;
+  }
+  Worker& w = *workers_[next_batch_ % static_cast<int64_t>(workers_.size())];
+  {
+    std::unique_lock<std::mutex> lk(w.mu);
+    w.cv.wait(lk, [&] { return !w.ready.empty(); });
+    out = std::move(w.ready.front());
+    w.ready.pop_front();
+  }
+  w.cv.notify_all();
+  ++next_batch_;
+  return true;
+}
+
+}  // namespace ltrain::data

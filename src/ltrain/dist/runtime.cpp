@@ -1,0 +1,102 @@
+#include "ltrain/dist/runtime.h"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+
+#include "ltrain/common/errors.h"
+
+namespace ltrain::dist {
+namespace {
+
+int64_t intVar(const GetEnv& env, const char* name) {
+  const char* v = env(name);
+  char* end = nullptr;
+  errno = 0;
+  long long x = std::strtoll(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || x < 0)
+    throw UsageError(
+        fmt::format("environment variable {}='{}': expected a non-negative integer", name, v));
+  return x;
+}
+
+bool has(const GetEnv& env, const char* name) {
+  const char* v = env(name);
+  return v && *v;
+}
+
+}  // namespace
+
+std::string firstSlurmHost(const std::string& nodelist) {
+  // The first entry ends at a comma outside brackets; a bracket range expands to its first value.
+  size_t depth = 0, end = nodelist.size();
+  for (size_t i = 0; i < nodelist.size(); ++i) {
+    if (nodelist[i] == '[')
+      ++depth;
+    else if (nodelist[i] == ']')
+      --depth;
+    else if (nodelist[i] == ',' && depth == 0) {
+      end = i;
+      break;
+    }
+  }
+  std::string first = nodelist.substr(0, end);
+  auto open = first.find('[');
+  if (open == std::string::npos) return first;
+  std::string range = first.substr(open + 1, first.find(']') - open - 1);
+  std::string lo = range.substr(0, range.find_first_of(",-"));
+  return first.substr(0, open) + lo;
+}
+
+Runtime runtimeFromEnv(const GetEnv& env) {
+  Runtime r;
+  if (has(env, "RANK") && has(env, "WORLD_SIZE")) {
+    r.source = "torchrun";
+    r.rank = intVar(env, "RANK");
+    r.world_size = intVar(env, "WORLD_SIZE");
+    r.local_rank = has(env, "LOCAL_RANK") ? intVar(env, "LOCAL_RANK") : r.rank;
+    r.local_world_size =
+        has(env, "LOCAL_WORLD_SIZE") ? intVar(env, "LOCAL_WORLD_SIZE") : r.world_size;
+    r.agent_store = has(env, "TORCHELASTIC_USE_AGENT_STORE") &&
+                    std::string(env("TORCHELASTIC_USE_AGENT_STORE")) == "True";
+    if (has(env, "TORCHELASTIC_RESTART_COUNT"))
+      r.restart_count = intVar(env, "TORCHELASTIC_RESTART_COUNT");
+  } else if (has(env, "SLURM_PROCID") && has(env, "SLURM_NTASKS")) {
+    r.source = "slurm";
+    r.rank = intVar(env, "SLURM_PROCID");
+    r.world_size = intVar(env, "SLURM_NTASKS");
+    r.local_rank = has(env, "SLURM_LOCALID") ? intVar(env, "SLURM_LOCALID") : 0;
+    r.local_world_size =
+        has(env, "SLURM_NTASKS_PER_NODE") ? intVar(env, "SLURM_NTASKS_PER_NODE") : 1;
+    if (has(env, "SLURM_JOB_NODELIST")) r.master_addr = firstSlurmHost(env("SLURM_JOB_NODELIST"));
+  } else if (has(env, "OMPI_COMM_WORLD_RANK") && has(env, "OMPI_COMM_WORLD_SIZE")) {
+    r.source = "openmpi";
+    r.rank = intVar(env, "OMPI_COMM_WORLD_RANK");
+    r.world_size = intVar(env, "OMPI_COMM_WORLD_SIZE");
+    r.local_rank =
+        has(env, "OMPI_COMM_WORLD_LOCAL_RANK") ? intVar(env, "OMPI_COMM_WORLD_LOCAL_RANK") : 0;
+    r.local_world_size =
+        has(env, "OMPI_COMM_WORLD_LOCAL_SIZE") ? intVar(env, "OMPI_COMM_WORLD_LOCAL_SIZE") : 1;
+  } else if (has(env, "PMI_RANK") && has(env, "PMI_SIZE")) {
+    r.source = "pmi";
+    r.rank = intVar(env, "PMI_RANK");
+    r.world_size = intVar(env, "PMI_SIZE");
+  }
+  if (has(env, "MASTER_ADDR")) r.master_addr = env("MASTER_ADDR");
+  if (has(env, "MASTER_PORT")) {
+    int64_t p = intVar(env, "MASTER_PORT");
+    if (p > 65535)
+      throw UsageError(fmt::format("environment variable MASTER_PORT={}: expected 0..65535", p));
+    r.master_port = static_cast<int>(p);
+  }
+  if (r.world_size < 1 || r.rank >= r.world_size)
+    throw UsageError(fmt::format("rank {} from the {} environment is outside world size {}", r.rank,
+                                 r.source, r.world_size));
+  return r;
+}
+
+Runtime runtimeFromEnv() {
+  return runtimeFromEnv([](const char* n) { return std::getenv(n); });
+}
+
+}  // namespace ltrain::dist

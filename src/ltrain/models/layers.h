@@ -1,0 +1,16 @@
+// Building blocks shared by the model families (internal to src/ltrain/models).
+#pragma once
+#include <torch/nn/modules/container/sequential.h>
+
+#include <string>
+#include <vector>
+
+#include "ltrain/config/experiment_config.h"
+
+namespace ltrain::models {
+
+void appendActivation(torch::nn::Sequential& seq, const std::string& name);
+torch::nn::Sequential buildMlp(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
+torch::nn::Sequential buildCnn(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
+
+}  // namespace ltrain::models

@@ -1,0 +1,24 @@
+// Multi-layer perceptron: flatten, then Linear -> activation [-> dropout] per hidden size.
+#include <torch/torch.h>
+
+#include "ltrain/models/layers.h"
+
+namespace ltrain::models {
+
+torch::nn::Sequential buildMlp(const config::ModelConfig& cfg, const std::vector<int64_t>& shape,
+                               int64_t num_classes) {
+  torch::nn::Sequential seq;
+  seq->push_back(torch::nn::Flatten());
+  int64_t in = 1;
+  for (auto d : shape) in *= d;
+  for (auto h : cfg.hidden) {
+    seq->push_back(torch::nn::Linear(in, h));
+    appendActivation(seq, cfg.activation);
+    if (cfg.dropout > 0) seq->push_back(torch::nn::Dropout(cfg.dropout));
+    in = h;
+  }
+  seq->push_back(torch::nn::Linear(in, num_classes));
+  return seq;
+}
+
+}  // namespace ltrain::models

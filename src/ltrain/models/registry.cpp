@@ -1,0 +1,40 @@
+// Model names to builders.
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "ltrain/common/errors.h"
+#include "ltrain/models/layers.h"
+#include "ltrain/models/model.h"
+
+namespace ltrain::models {
+
+void appendActivation(torch::nn::Sequential& seq, const std::string& name) {
+  if (name == "relu")
+    seq->push_back(torch::nn::ReLU());
+  else if (name == "gelu")
+    seq->push_back(torch::nn::GELU());
+  else if (name == "tanh")
+    seq->push_back(torch::nn::Tanh());
+  else if (name == "sigmoid")
+    seq->push_back(torch::nn::Sigmoid());
+  else
+    throw UsageError(fmt::format("model.activation: unknown activation '{}'", name));
+}
+
+Classifier build(const config::ModelConfig& cfg, const std::vector<int64_t>& input_shape,
+                 int64_t num_classes) {
+  if (input_shape.size() != 3)
+    throw UsageError(fmt::format("model {}: expected inputs [C, H, W], got {} dimensions", cfg.name,
+                                 input_shape.size()));
+  if (cfg.name == "mlp") return Classifier(buildMlp(cfg, input_shape, num_classes));
+  if (cfg.name == "cnn") return Classifier(buildCnn(cfg, input_shape, num_classes));
+  throw UsageError(fmt::format("model.name: unknown model '{}', expected mlp|cnn", cfg.name));
+}
+
+int64_t parameterCount(const torch::nn::Module& m) {
+  int64_t n = 0;
+  for (const auto& p : m.parameters()) n += p.numel();
+  return n;
+}
+
+}  // namespace ltrain::models

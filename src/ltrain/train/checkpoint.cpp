@@ -1,0 +1,98 @@
+#include "ltrain/train/checkpoint.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <regex>
+
+#include "ltrain/common/errors.h"
+#include "ltrain/io/files.h"
+
+namespace ltrain::train {
+namespace {
+
+int64_t readInt(torch::serialize::InputArchive& ar, const char* key) {
+  torch::Tensor t;
+  ar.read(key, t);
+  return t.item<int64_t>();
+}
+
+}  // namespace
+
+std::string checkpointPath(const std::string& dir, int64_t step) {
+  return fmt::format("{}/step-{:08d}.pt", dir, step);
+}
+
+std::optional<std::string> newestCheckpoint(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return std::nullopt;
+  static const std::regex name(R"(step-(\d+)\.pt)");
+  std::optional<std::string> best;
+  int64_t best_step = -1;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    std::smatch m;
+    const std::string fn = e.path().filename().string();
+    if (std::regex_match(fn, m, name) && std::stoll(m[1]) > best_step) {
+      best_step = std::stoll(m[1]);
+      best = e.path().string();
+    }
+  }
+  return best;
+}
+
+void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& opt,
+                    const LoopState& s) {
+  torch::serialize::OutputArchive ar, model_ar, opt_ar;
+  model.save(model_ar);
+  opt.save(opt_ar);
+  ar.write("model", model_ar);
+  ar.write("optimizer", opt_ar);
+  ar.write("step", torch::tensor(s.step));
+  ar.write("epoch", torch::tensor(s.epoch));
+  ar.write("batch_in_epoch", torch::tensor(s.batch_in_epoch));
+  ar.write("samples", torch::tensor(s.samples));
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    ar.write("rng_cpu", gen.get_state());
+  }
+  try {
+    io::replaceAtomic(path, [&](const std::string& tmp) { ar.save_to(tmp); });
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(
+        fmt::format("cannot write checkpoint '{}': {}", path, e.what_without_backtrace()));
+  }
+}
+
+LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
+                         torch::optim::Optimizer& opt) {
+  LoopState s;
+  try {
+    torch::serialize::InputArchive ar, model_ar, opt_ar;
+    ar.load_from(path);
+    ar.read("model", model_ar);
+    ar.read("optimizer", opt_ar);
+    model.load(model_ar);
+    opt.load(opt_ar);
+    s.step = readInt(ar, "step");
+    s.epoch = readInt(ar, "epoch");
+    s.batch_in_epoch = readInt(ar, "batch_in_epoch");
+    s.samples = readInt(ar, "samples");
+    torch::Tensor rng;
+    ar.read("rng_cpu", rng);
+    auto gen = at::detail::getDefaultCPUGenerator();
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    gen.set_state(rng);
+  } catch (const c10::Error& e) {
+    std::string why = e.what_without_backtrace();
+    why = why.substr(0, why.find('\n'));
+    throw UsageError(
+        fmt::format("checkpoint '{}' cannot be loaded (corrupt, or from another model or "
+                    "optimizer): {}",
+                    path, why));
+  }
+  return s;
+}
+
+}  // namespace ltrain::train

@@ -1,0 +1,29 @@
+// Checkpoints: model parameters and buffers, optimizer state, the loop position (step, epoch,
+// micro-batch within the epoch) and the CPU RNG state, so that a resumed run continues exactly.
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <optional>
+#include <string>
+
+namespace ltrain::train {
+
+struct LoopState {
+  int64_t step = 0;            // optimizer steps done
+  int64_t epoch = 0;           // current epoch (0-based)
+  int64_t batch_in_epoch = 0;  // micro-batches of `epoch` already consumed
+  int64_t samples = 0;         // training examples seen, all ranks together
+};
+
+// Written atomically: a crash or a full disk leaves the previous checkpoint as it was.
+void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& opt,
+                    const LoopState& state);
+// Throws UsageError naming the file when it is unreadable, corrupt or from another model.
+LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
+                         torch::optim::Optimizer& opt);
+// "<dir>/step-00000042.pt" for step 42, and the newest such file in `dir`.
+std::string checkpointPath(const std::string& dir, int64_t step);
+std::optional<std::string> newestCheckpoint(const std::string& dir);
+
+}  // namespace ltrain::train

@@ -1,0 +1,81 @@
+#include "ltrain/train/run_dir.h"
+
+#include <fmt/format.h>
+
+#include <filesystem>
+#include <regex>
+
+#include "ltrain/common/errors.h"
+#include "ltrain/config/emit.h"
+#include "ltrain/io/files.h"
+#include "ltrain/train/checkpoint.h"
+
+namespace fs = std::filesystem;
+
+namespace ltrain::train {
+
+std::string runStatus(const std::string& run_dir) {
+  std::error_code ec;
+  const std::string p = run_dir + "/summary.json";
+  if (!fs::exists(p, ec)) return "";
+  static const std::regex status(R"re("status":\s*"([a-z_]+)")re");
+  std::smatch m;
+  std::string text = io::readFile(p);
+  return std::regex_search(text, m, status) ? m[1].str() : "unknown";
+}
+
+RunDir prepareRunDir(const config::LoadedConfig& lc, const std::string& output_dir_flag,
+                     bool overwrite, bool create) {
+  const auto& cfg = lc.cfg;
+  RunDir rd;
+  rd.path = output_dir_flag.empty() ? cfg.output_dir + "/" + cfg.name : output_dir_flag;
+  std::error_code ec;
+  if (fs::exists(rd.path, ec) && !fs::is_directory(rd.path, ec))
+    throw UsageError(fmt::format("run directory '{}' exists and is not a directory", rd.path));
+
+  const std::string status = runStatus(rd.path);
+  const auto newest = newestCheckpoint(rd.checkpoints());
+  const bool explicit_ckpt = cfg.train.resume != "auto" && cfg.train.resume != "never";
+
+  if (overwrite) {
+    if (create && fs::exists(rd.path, ec)) {
+      // Asked for: the old run's files go, the directory itself stays.
+      for (const auto& e : fs::directory_iterator(rd.path)) fs::remove_all(e.path());
+    }
+  } else if (status == "completed") {
+    throw UsageError(
+        fmt::format("run directory '{}' holds a finished run; pass --overwrite to replace "
+                    "it, or choose another --output-dir or name",
+                    rd.path));
+  } else if (newest && cfg.train.resume == "never") {
+    throw UsageError(
+        fmt::format("run directory '{}' holds checkpoints of an unfinished run; set "
+                    "train.resume=auto to continue it or pass --overwrite to start again",
+                    rd.path));
+  } else if (newest && cfg.train.resume == "auto") {
+    rd.resume_from = *newest;
+  }
+  if (explicit_ckpt) {
+    if (!fs::is_regular_file(cfg.train.resume, ec))
+      throw UsageError(
+          fmt::format("train.resume: checkpoint file '{}' not found", cfg.train.resume));
+    rd.resume_from = cfg.train.resume;
+  }
+
+  if (create) {
+    fs::create_directories(rd.checkpoints(), ec);
+    if (ec || !fs::is_directory(rd.checkpoints()))
+      throw UsageError(fmt::format("cannot create run directory '{}': {}", rd.path, ec.message()));
+    try {
+      io::writeFileAtomic(rd.path + "/config.yaml", config::toYaml(cfg));
+      std::string ov;
+      for (const auto& o : lc.overrides) ov += o + "\n";
+      io::writeFileAtomic(rd.path + "/overrides.txt", ov);
+    } catch (const std::runtime_error& e) {
+      throw UsageError(fmt::format("run directory '{}' is not writable: {}", rd.path, e.what()));
+    }
+  }
+  return rd;
+}
+
+}  // namespace ltrain::train

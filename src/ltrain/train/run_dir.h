@@ -1,0 +1,28 @@
+// The run directory: where a run's config, metrics, summary and checkpoints live, and the rules
+// that keep an earlier run from being lost by mistake.
+#pragma once
+#include <optional>
+#include <string>
+
+#include "ltrain/config/load.h"
+
+namespace ltrain::train {
+
+struct RunDir {
+  std::string path;
+  std::optional<std::string> resume_from;  // checkpoint to continue from
+  std::string checkpoints() const { return path + "/checkpoints"; }
+  std::string metrics() const { return path + "/metrics.jsonl"; }
+  std::string summary() const { return path + "/summary.json"; }
+};
+
+// Decides the directory and whether to resume; with `create`, makes it and writes config.yaml and
+// overrides.txt (rank 0 only). Throws UsageError for a finished run without `overwrite`, a resume
+// checkpoint that is missing, or a directory that cannot be made.
+RunDir prepareRunDir(const config::LoadedConfig& lc, const std::string& output_dir_flag,
+                     bool overwrite, bool create);
+
+// "completed", "failed", ... from summary.json, or "" when there is none.
+std::string runStatus(const std::string& run_dir);
+
+}  // namespace ltrain::train

@@ -1,0 +1,30 @@
+// The training run: build data and model, loop over epochs and steps with the configured optimizer
+// and schedule, evaluate, checkpoint, and write metrics and the summary into the run directory.
+#pragma once
+#include <string>
+
+#include "ltrain/config/load.h"
+#include "ltrain/dist/runtime.h"
+
+namespace ltrain::train {
+
+struct TrainRequest {
+  std::string output_dir;  // --output-dir; empty: <output_dir>/<name>
+  bool overwrite = false;
+};
+
+struct Summary {
+  std::string status;
+  double test_accuracy = 0, test_loss = 0, train_loss = 0;
+  int64_t steps = 0, epochs = 0;
+  double wall_s = 0, samples_per_s = 0;
+  int64_t world_size = 1;
+  std::string run_dir;
+};
+
+// Throws UsageError for bad data, shapes or run directories (before anything is written),
+// std::exception for failures during training (summary.json then says "failed").
+Summary runTraining(const config::LoadedConfig& lc, const TrainRequest& req,
+                    const dist::Runtime& rt);
+
+}  // namespace ltrain::train

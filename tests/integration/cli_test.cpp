@@ -1,0 +1,195 @@
+// The command line as a user meets it: help, exit codes, one-line errors, run directories.
+#include <yaml-cpp/yaml.h>
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "ltrain/config/schema.h"
+#include "support/process.h"
+#include "test_paths.h"
+
+using Catch::Matchers::Contains;
+using ltrain::test::readText;
+using ltrain::test::runLtrain;
+using ltrain::test::TempDir;
+using ltrain::test::writeText;
+
+namespace {
+// A fast run on the synthetic dataset.
+std::vector<std::string> synthetic(const std::string& config, const std::string& out,
+                                   std::vector<std::string> extra = {}) {
+  std::vector<std::string> a{"train",
+                             config,
+                             "data.dataset=synthetic",
+                             "data.synthetic_shape=[1,6,6]",
+                             "data.synthetic_train_samples=256",
+                             "data.synthetic_test_samples=64",
+                             "data.batch_size=32",
+                             "model.hidden=[16]",
+                             "train.log_every=2",
+                             "--output-dir",
+                             out};
+  a.insert(a.end(), extra.begin(), extra.end());
+  return a;
+}
+YAML::Node json(const std::string& path) {
+  return YAML::Load(readText(path));
+}
+}  // namespace
+
+TEST_CASE("help lists the subcommands and every config key with its default") {
+  auto top = runLtrain({"--help"});
+  CHECK(top.exit_code == 0);
+  CHECK_THAT(top.out, Contains("train"));
+  CHECK_THAT(top.out, Contains("config"));
+  auto train = runLtrain({"train", "--help"});
+  CHECK(train.exit_code == 0);
+  CHECK_THAT(train.out, Contains("--output-dir"));
+  for (const auto& o : ltrain::config::schema()) CHECK_THAT(train.out, Contains(o.path));
+  CHECK_THAT(train.out, Contains("(default 0.1)"));
+}
+
+TEST_CASE("bad usage exits 2 with one line") {
+  for (auto args : std::vector<std::vector<std::string>>{
+           {}, {"fly"}, {"train"}, {"train", "a.yaml", "--bogus"}}) {
+    auto r = runLtrain(args);
+    INFO(r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(ltrain::test::countLines(r.err) == 1);
+  }
+}
+
+TEST_CASE("config prints the resolved config, and --explain says where values came from") {
+  const std::string cfg = std::string(LTRAIN_SOURCE_DIR) + "/configs/quickstart.yaml";
+  auto r = runLtrain({"config", cfg, "optimizer.lr=0.01"});
+  REQUIRE(r.exit_code == 0);
+  auto y = YAML::Load(r.out);
+  CHECK(y["optimizer"]["lr"].as<double>() == Approx(0.01));
+  CHECK(y["model"]["hidden"].size() == 2);
+  CHECK(y["data"]["path"].as<std::string>() == "");
+  auto e = runLtrain({"config", cfg, "optimizer.lr=0.01", "--explain"});
+  CHECK_THAT(e.out, Contains("# override optimizer.lr=0.01"));
+  CHECK_THAT(e.out, Contains("quickstart.yaml:"));
+  CHECK_THAT(e.out, Contains("# default"));
+}
+
+TEST_CASE("every config error exits 2 with one line naming the thing") {
+  TempDir dir;
+  struct Case {
+    std::string yaml;
+    std::vector<std::string> overrides;
+    std::string expect;
+  };
+  std::vector<Case> cases{
+      {"optimizer:\n  lrr: 0.1\n",
+       {},
+       "c.yaml:2: unknown key 'optimizer.lrr' (did you mean 'optimizer.lr'?)"},
+      {"optimizer:\n  lr: abc\n",
+       {},
+       "c.yaml:2: optimizer.lr: expected a finite number, got 'abc'"},
+      {"optimizer:\n  lr: 0\n", {}, "optimizer.lr must be > 0, got 0"},
+      {"data:\n  batch_size: 0\n", {}, "data.batch_size must be >= 1, got 0"},
+      {"name: [x\n", {}, "invalid YAML"},
+      {"", {"optimizer.lr"}, "expected KEY=VALUE"},
+      {"", {"model.hiden=[1]"}, "did you mean 'model.hidden'?"},
+      {"", {"train.epochs=two"}, "train.epochs: expected an integer, got 'two'"},
+      {"", {"data.dataset=cifar"}, "data.dataset must be one of fashion_mnist|mnist|synthetic"},
+      {"", {"data.dataset=mnist"}, "data.path must name the directory"},
+      {"", {"data.path=/nonexistent/dir"}, "data.path '/nonexistent/dir' is not a directory"},
+  };
+  for (const auto& c : cases) {
+    writeText(dir / "c.yaml", c.yaml);
+    std::vector<std::string> args{"train", dir / "c.yaml"};
+    args.insert(args.end(), c.overrides.begin(), c.overrides.end());
+    args.insert(args.end(), {"--output-dir", dir / "run"});
+    auto r = runLtrain(args);
+    INFO(c.expect << "\nstderr: " << r.err);
+    CHECK(r.exit_code == 2);
+    CHECK(ltrain::test::countLines(r.err) == 1);
+    CHECK_THAT(r.err, Contains(c.expect));
+    CHECK(!std::filesystem::exists(dir / "run"));  // nothing written for a bad config
+  }
+  std::filesystem::create_directories(dir / "empty");
+  auto nodata = runLtrain(
+      {"train", dir / "c.yaml", "data.path=" + (dir / "empty"), "--output-dir", dir / "run"});
+  CHECK(nodata.exit_code == 2);
+  CHECK_THAT(nodata.err, Contains("train-images-idx3-ubyte.gz' not found"));
+  auto missing = runLtrain({"train", dir / "nope.yaml"});
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.err, Contains("config file '" + (dir / "nope.yaml") + "' not found"));
+}
+
+TEST_CASE(
+    "a run writes config, metrics and summary, and a finished run is not overwritten by mistake") {
+  TempDir dir;
+  writeText(dir / "c.yaml", "name: t\n");
+  const std::string run = dir / "run";
+  auto r = runLtrain(synthetic(dir / "c.yaml", run, {"train.epochs=2"}));
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("test_accuracy"));
+  auto summary = json(run + "/summary.json");
+  CHECK(summary["status"].as<std::string>() == "completed");
+  CHECK(summary["steps"].as<int>() == 16);
+  CHECK(summary["epochs"].as<int>() == 2);
+  CHECK(summary["world_size"].as<int>() == 1);
+  for (auto key : {"test_accuracy", "test_loss", "train_loss", "wall_s", "samples_per_s"})
+    CHECK(summary[key]);
+  // The synthetic task is learnable: far better than chance (0.1) after two epochs.
+  CHECK(summary["test_accuracy"].as<double>() > 0.5);
+  auto cfg = YAML::LoadFile(run + "/config.yaml");
+  CHECK(cfg["data"]["dataset"].as<std::string>() == "synthetic");
+  CHECK_THAT(readText(run + "/overrides.txt"), Contains("data.dataset=synthetic"));
+  auto metrics = readText(run + "/metrics.jsonl");
+  CHECK(ltrain::test::countLines(metrics) ==
+        8 + 2);  // train reports every 2 steps, one eval per epoch
+  CHECK_THAT(metrics, Contains("\"split\": \"test\""));
+  CHECK(std::filesystem::exists(run + "/checkpoints/step-00000016.pt"));
+
+  const std::string before = readText(run + "/summary.json");
+  auto again = runLtrain(synthetic(dir / "c.yaml", run, {"train.epochs=2"}));
+  CHECK(again.exit_code == 2);
+  CHECK_THAT(again.err, Contains("holds a finished run; pass --overwrite"));
+  CHECK(readText(run + "/summary.json") == before);
+  CHECK(readText(run + "/metrics.jsonl") == metrics);
+
+  auto over = runLtrain(synthetic(dir / "c.yaml", run, {"train.epochs=1", "--overwrite"}));
+  CHECK(over.exit_code == 0);
+  CHECK(json(run + "/summary.json")["steps"].as<int>() == 8);
+  CHECK(!std::filesystem::exists(run + "/checkpoints/step-00000016.pt"));
+}
+
+TEST_CASE("an output directory that cannot be made is a usage error") {
+  TempDir dir;
+  writeText(dir / "c.yaml", "name: t\n");
+  writeText(dir / "file", "x");
+  auto r = runLtrain(synthetic(dir / "c.yaml", dir / "file/run"));
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Contains("cannot create run directory"));
+  auto f = runLtrain(synthetic(dir / "c.yaml", dir / "file"));
+  CHECK(f.exit_code == 2);
+  CHECK_THAT(f.err, Contains("exists and is not a directory"));
+  CHECK(readText(dir / "file") == "x");
+}
+
+TEST_CASE("the cnn trains end to end on synthetic images") {
+  TempDir dir;
+  writeText(dir / "c.yaml", "model:\n  name: cnn\n  channels: [4]\n  fc: [8]\n");
+  auto args = synthetic(dir / "c.yaml", dir / "run", {"optimizer.lr=0.05"});
+  args.erase(std::find(args.begin(), args.end(), "model.hidden=[16]"));
+  auto r = runLtrain(args);
+  INFO(r.err);
+  CHECK(r.exit_code == 0);
+  CHECK(json(dir / "run/summary.json")["status"].as<std::string>() == "completed");
+}
+
+TEST_CASE("the quickstart trains on Fashion-MNIST to a useful accuracy", "[data]") {
+  TempDir dir;
+  auto r = runLtrain({"train", std::string(LTRAIN_SOURCE_DIR) + "/configs/quickstart.yaml",
+                      "--output-dir", dir / "run"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  auto summary = json(dir / "run/summary.json");
+  CHECK(summary["test_accuracy"].as<double>() >= 0.86);
+  CHECK(summary["steps"].as<int>() == 3 * 469);
+}

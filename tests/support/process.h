@@ -1,0 +1,38 @@
+// Test support: run a program with arguments and environment additions, capture its output and
+// exit status; make scratch directories; read small files.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ltrain::test {
+
+struct ProcessResult {
+  int exit_code = -1;  // 128 + signal when killed by a signal
+  std::string out, err;
+};
+
+ProcessResult runProcess(const std::vector<std::string>& argv,
+                         const std::map<std::string, std::string>& env = {},
+                         const std::string& cwd = "");
+// `ltrain ARGS...` from the build tree.
+ProcessResult runLtrain(const std::vector<std::string>& args,
+                        const std::map<std::string, std::string>& env = {});
+
+// A fresh directory under the system temp dir, removed when the object goes.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+std::string readText(const std::string& path);
+void writeText(const std::string& path, const std::string& text);
+int countLines(const std::string& text);
+
+}  // namespace ltrain::test

@@ -1,0 +1,67 @@
+// Models: output shapes, PyTorch-style parameter names, and an optimizer step that moves weights.
+#include <torch/torch.h>
+#include <catch2/catch.hpp>
+
+#include "ltrain/config/schema.h"
+#include "ltrain/models/model.h"
+#include "ltrain/train/optimizer.h"
+
+using Catch::Matchers::Contains;
+
+TEST_CASE("mlp and cnn give [batch, classes] logits for image batches") {
+  auto cfg = ltrain::config::defaults();
+  for (std::string name : {"mlp", "cnn"}) {
+    cfg.model.name = name;
+    auto m = ltrain::models::build(cfg.model, {1, 28, 28}, 10);
+    CHECK(m->forward(torch::randn({5, 1, 28, 28})).sizes() == std::vector<int64_t>{5, 10});
+    auto small = ltrain::models::build(cfg.model, {3, 8, 8}, 4);
+    CHECK(small->forward(torch::randn({2, 3, 8, 8})).sizes() == std::vector<int64_t>{2, 4});
+  }
+}
+
+TEST_CASE("parameter names and counts match the equivalent PyTorch Sequential") {
+  auto cfg = ltrain::config::defaults();
+  cfg.model.hidden = {256, 128, 100};
+  auto m = ltrain::models::build(cfg.model, {1, 28, 28}, 10);
+  // nn.Sequential(Flatten, Linear(784,256), ReLU, Linear(256,128), ReLU, Linear(128,100), ReLU,
+  // Linear(100,10))
+  CHECK(ltrain::models::parameterCount(*m) ==
+        784 * 256 + 256 + 256 * 128 + 128 + 128 * 100 + 100 + 100 * 10 + 10);
+  auto names = m->named_parameters().keys();
+  CHECK(names.front() == "layers.1.weight");
+  CHECK(names.back() == "layers.7.bias");
+
+  cfg.model.name = "cnn";
+  cfg.model.channels = {8};
+  cfg.model.fc = {16};
+  auto c = ltrain::models::build(cfg.model, {1, 28, 28}, 10);
+  // conv (no bias, batch norm follows), bn weight+bias, fc, classifier
+  CHECK(ltrain::models::parameterCount(*c) == 8 * 9 + 16 + 8 * 14 * 14 * 16 + 16 + 16 * 10 + 10);
+  CHECK(c->named_buffers().contains("layers.1.running_mean"));
+}
+
+TEST_CASE("a cnn with more pooling stages than the image allows is a usage error") {
+  auto cfg = ltrain::config::defaults();
+  cfg.model.name = "cnn";
+  cfg.model.channels = {4, 4, 4, 4};
+  CHECK_THROWS_WITH(ltrain::models::build(cfg.model, {1, 4, 4}, 3), Contains("pooled conv blocks"));
+}
+
+TEST_CASE("an optimizer step changes the weights, for every optimizer") {
+  auto cfg = ltrain::config::defaults();
+  for (std::string name : {"sgd", "adam", "adamw"}) {
+    torch::manual_seed(0);
+    auto m = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
+    cfg.optimizer.name = name;
+    auto opt = ltrain::train::makeOptimizer(cfg.optimizer, m->parameters());
+    auto before = m->parameters()[0].clone();
+    auto loss = torch::nn::functional::cross_entropy(m->forward(torch::randn({8, 1, 4, 4})),
+                                                     torch::randint(3, {8}, torch::kLong));
+    loss.backward();
+    opt->step();
+    INFO(name);
+    CHECK(!torch::equal(before, m->parameters()[0]));
+    ltrain::train::setLearningRate(*opt, 0.123);
+    CHECK(opt->param_groups()[0].options().get_lr() == Approx(0.123));
+  }
+}

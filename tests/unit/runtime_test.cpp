@@ -1,0 +1,77 @@
+// Rank, world size and master from torchrun's, Slurm's and MPI's environment variables.
+#include <catch2/catch.hpp>
+
+#include <map>
+
+#include "ltrain/common/errors.h"
+#include "ltrain/dist/runtime.h"
+
+using ltrain::dist::runtimeFromEnv;
+
+namespace {
+ltrain::dist::Runtime from(std::map<std::string, std::string> vars) {
+  return runtimeFromEnv([&](const char* n) -> const char* {
+    auto it = vars.find(n);
+    return it == vars.end() ? nullptr : it->second.c_str();
+  });
+}
+}  // namespace
+
+TEST_CASE("no launcher variables: one process") {
+  auto r = from({});
+  CHECK(r.world_size == 1);
+  CHECK(r.rank == 0);
+  CHECK(!r.distributed());
+  CHECK(r.source == "none");
+}
+
+TEST_CASE("torchrun's variables, agent store included") {
+  auto r = from({{"RANK", "3"},
+                 {"WORLD_SIZE", "4"},
+                 {"LOCAL_RANK", "1"},
+                 {"LOCAL_WORLD_SIZE", "2"},
+                 {"MASTER_ADDR", "node7"},
+                 {"MASTER_PORT", "1234"},
+                 {"TORCHELASTIC_USE_AGENT_STORE", "True"},
+                 {"TORCHELASTIC_RESTART_COUNT", "2"}});
+  CHECK(r.source == "torchrun");
+  CHECK(r.rank == 3);
+  CHECK(r.world_size == 4);
+  CHECK(r.local_rank == 1);
+  CHECK(r.local_world_size == 2);
+  CHECK(r.master_addr == "node7");
+  CHECK(r.master_port == 1234);
+  CHECK(r.agent_store);
+  CHECK(r.restart_count == 2);
+  CHECK(!from({{"RANK", "0"}, {"WORLD_SIZE", "2"}, {"TORCHELASTIC_USE_AGENT_STORE", "False"}})
+             .agent_store);
+}
+
+TEST_CASE("Slurm, OpenMPI and PMI variables") {
+  auto s = from({{"SLURM_PROCID", "5"},
+                 {"SLURM_NTASKS", "8"},
+                 {"SLURM_LOCALID", "1"},
+                 {"SLURM_JOB_NODELIST", "gpu[05-09,12],cpu1"}});
+  CHECK(s.source == "slurm");
+  CHECK(s.rank == 5);
+  CHECK(s.world_size == 8);
+  CHECK(s.local_rank == 1);
+  CHECK(s.master_addr == "gpu05");
+  CHECK(ltrain::dist::firstSlurmHost("host[5-9]") == "host5");
+  CHECK(ltrain::dist::firstSlurmHost("a,b") == "a");
+  auto o = from({{"OMPI_COMM_WORLD_RANK", "1"},
+                 {"OMPI_COMM_WORLD_SIZE", "2"},
+                 {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}});
+  CHECK(o.source == "openmpi");
+  CHECK(o.local_rank == 1);
+  auto p = from({{"PMI_RANK", "2"}, {"PMI_SIZE", "3"}});
+  CHECK(p.source == "pmi");
+  CHECK(p.world_size == 3);
+}
+
+TEST_CASE("contradictory or malformed variables are usage errors") {
+  CHECK_THROWS_AS(from({{"RANK", "4"}, {"WORLD_SIZE", "4"}}), ltrain::UsageError);
+  CHECK_THROWS_WITH(from({{"RANK", "x"}, {"WORLD_SIZE", "4"}}),
+                    Catch::Matchers::Contains("RANK='x'"));
+  CHECK_THROWS_AS(from({{"MASTER_PORT", "70000"}}), ltrain::UsageError);
+}
