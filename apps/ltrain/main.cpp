@@ -3,14 +3,21 @@
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <ctime>
+#include <filesystem>
 #include <iostream>
 
 #include "ltrain/common/errors.h"
 #include "ltrain/config/emit.h"
 #include "ltrain/config/load.h"
 #include "ltrain/dist/runtime.h"
+#include "ltrain/io/files.h"
+#include "ltrain/io/json.h"
+#include "ltrain/launch/launcher.h"
+#include "ltrain/train/run_dir.h"
 #include "ltrain/train/trainer.h"
 
 namespace {
@@ -21,13 +28,35 @@ struct Args {
   std::string output_dir;
   bool overwrite = false;
   bool reference = false, explain = false;
+  std::string nproc;  // train --nproc-per-node: run through the launcher
+  ltrain::launch::LaunchOptions launch;
 };
 
+std::string selfExe() {
+  std::error_code ec;
+  auto p = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "ltrain" : p.string();
+}
+
+// `ltrain train CONFIG --nproc-per-node N`: validate and prepare the run directory here, then run
+// the same command as N workers under the launcher.
+int trainLaunched(const Args& a) {
+  auto lc = ltrain::config::loadConfig(a.config, a.overrides);
+  auto rd = ltrain::train::prepareRunDir(lc, a.output_dir, a.overwrite, true);
+  ltrain::launch::LaunchOptions lo = a.launch;
+  lo.nproc_per_node = a.nproc;
+  if (lo.log_dir.empty()) lo.log_dir = rd.path + "/logs";
+  lo.program = {selfExe(), "train", a.config};
+  lo.program.insert(lo.program.end(), a.overrides.begin(), a.overrides.end());
+  lo.program.insert(lo.program.end(), {"--output-dir", rd.path});
+  return ltrain::launch::runLauncher(lo);
+}
+
 int cmdTrain(const Args& a) {
+  if (!a.nproc.empty()) return trainLaunched(a);
   auto lc = ltrain::config::loadConfig(a.config, a.overrides);
   auto rt = ltrain::dist::runtimeFromEnv();
-  spdlog::set_pattern(rt.distributed() ? fmt::format("[%H:%M:%S rank {}] %v", rt.rank)
-                                       : "[%H:%M:%S] %v");
+  spdlog::set_pattern("[%H:%M:%S] %v");  // under a launcher, it prefixes each line with the rank
   auto s = ltrain::train::runTraining(lc, {a.output_dir, a.overwrite}, rt);
   if (rt.isMain())
     fmt::print("test_accuracy {:.4f}  test_loss {:.4f}  steps {}  wall {:.1f}s  run {}\n",
@@ -52,6 +81,38 @@ std::string oneLine(std::string s) {
   return nl == std::string::npos ? s : s.substr(0, nl);
 }
 
+// Under a launcher, the failure also goes to torchrun's error file, which the launcher reports.
+int fail(int code, const std::string& message) {
+  std::cerr << "ltrain: error: " << message << "\n";
+  if (const char* path = std::getenv("TORCHELASTIC_ERROR_FILE")) {
+    try {
+      ltrain::io::writeFileAtomic(
+          path,
+          fmt::format(
+              "{{\"message\": {{\"message\": {}, \"extraInfo\": {{\"timestamp\": \"{}\"}}}}}}\n",
+              ltrain::io::JsonObject::quote(message), std::time(nullptr)));
+    } catch (const std::exception&) {
+      // The message is on stderr already; the error file is a courtesy.
+    }
+  }
+  return code;
+}
+
+void addLaunchOptions(CLI::App* app, ltrain::launch::LaunchOptions& o) {
+  app->add_option("--nnodes", o.nnodes, "Number of nodes")->capture_default_str();
+  app->add_option("--node-rank", o.node_rank, "This node's rank")->capture_default_str();
+  app->add_option("--master-addr", o.master_addr, "Rendezvous address (node 0)")
+      ->capture_default_str();
+  app->add_option("--master-port", o.master_port,
+                  "Rendezvous port; 0 picks a free one (single node)")
+      ->capture_default_str();
+  app->add_option("--max-restarts", o.max_restarts, "Restarts of all workers after a failure")
+      ->capture_default_str();
+  app->add_option("--log-dir", o.log_dir, "Directory for per-rank logs (rank_N.log)");
+  app->add_option("--grace", o.grace_s, "Seconds between SIGTERM and SIGKILL when stopping workers")
+      ->capture_default_str();
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -66,6 +127,10 @@ int main(int argc, char** argv) {
   train->add_option("overrides", a.overrides, "KEY=VALUE overrides, e.g. optimizer.lr=0.01");
   train->add_option("--output-dir", a.output_dir, "Run directory (default: <output_dir>/<name>)");
   train->add_flag("--overwrite", a.overwrite, "Replace a finished run in the run directory");
+  train->add_option("--nproc-per-node", a.nproc,
+                    "Run as N worker processes (N, auto, cpu or gpu) under the launcher");
+  a.launch.master_port = 0;  // a free port: one command, one job
+  addLaunchOptions(train, a.launch);
   train->footer(keys);
 
   auto* config = app.add_subcommand("config", "Print the resolved config as YAML");
@@ -75,6 +140,16 @@ int main(int argc, char** argv) {
   config->add_flag("--reference", a.reference,
                    "Print the Markdown reference of every key (docs/config.md)");
   config->footer(keys);
+
+  ltrain::launch::LaunchOptions lo;
+  auto* launch =
+      app.add_subcommand("launch", "Run PROGRAM as one worker per device, torchrun-style");
+  launch->add_option("--nproc-per-node", lo.nproc_per_node, "Workers per node: N, auto, cpu or gpu")
+      ->capture_default_str();
+  addLaunchOptions(launch, lo);
+  launch->add_option("program", lo.program, "-- PROGRAM ARGS...")->required();
+  launch->footer(
+      "\nExample: ltrain launch --nproc-per-node 2 -- build/ltrain train configs/quickstart.yaml");
 
   try {
     app.parse(argc, argv);
@@ -89,15 +164,13 @@ int main(int argc, char** argv) {
 
   try {
     if (app.got_subcommand(train)) return cmdTrain(a);
+    if (app.got_subcommand(launch)) return ltrain::launch::runLauncher(lo);
     return cmdConfig(a);
   } catch (const ltrain::UsageError& e) {
-    std::cerr << "ltrain: error: " << oneLine(e.what()) << "\n";
-    return 2;
+    return fail(2, oneLine(e.what()));
   } catch (const c10::Error& e) {
-    std::cerr << "ltrain: error: " << oneLine(e.what_without_backtrace()) << "\n";
-    return 1;
+    return fail(1, oneLine(e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    std::cerr << "ltrain: error: " << oneLine(e.what()) << "\n";
-    return 1;
+    return fail(1, oneLine(e.what()));
   }
 }

@@ -1,6 +1,10 @@
 #include "support/process.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -14,13 +18,14 @@
 
 namespace ltrain::test {
 
-ProcessResult runProcess(const std::vector<std::string>& argv,
-                         const std::map<std::string, std::string>& env, const std::string& cwd) {
-  TempDir io;
-  const std::string out = io / "out", err = io / "err";
+namespace {
+pid_t spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
+            const std::string& cwd, const std::string& out, const std::string& err,
+            bool own_group) {
   pid_t pid = fork();
   if (pid < 0) throw std::runtime_error("fork failed");
   if (pid == 0) {
+    if (own_group) setpgid(0, 0);
     int o = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     int e = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     dup2(o, 1), dup2(e, 2);
@@ -34,6 +39,11 @@ ProcessResult runProcess(const std::vector<std::string>& argv,
     execvp(args[0], args.data());
     _exit(127);
   }
+  if (own_group) setpgid(pid, pid);
+  return pid;
+}
+
+ProcessResult collect(pid_t pid, const std::string& out, const std::string& err) {
   int status = 0;
   waitpid(pid, &status, 0);
   ProcessResult r;
@@ -41,6 +51,70 @@ ProcessResult runProcess(const std::vector<std::string>& argv,
   r.out = readText(out);
   r.err = readText(err);
   return r;
+}
+}  // namespace
+
+ProcessResult runProcess(const std::vector<std::string>& argv,
+                         const std::map<std::string, std::string>& env, const std::string& cwd) {
+  TempDir io;
+  const std::string out = io / "out", err = io / "err";
+  return collect(spawn(argv, env, cwd, out, err, false), out, err);
+}
+
+BackgroundProcess::BackgroundProcess(const std::vector<std::string>& argv,
+                                     const std::map<std::string, std::string>& env) {
+  std::string tmpl = (std::filesystem::temp_directory_path() / "ltrain-bg-XXXXXX").string();
+  if (!mkdtemp(tmpl.data())) throw std::runtime_error("mkdtemp failed");
+  dir_ = tmpl;
+  out_ = dir_ + "/out", err_ = dir_ + "/err";
+  pid_ = spawn(argv, env, "", out_, err_, true);
+}
+
+BackgroundProcess::~BackgroundProcess() {
+  if (!waited_) {
+    ::kill(-pid_, SIGKILL);
+    wait();
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+void BackgroundProcess::signal(int sig) {
+  ::kill(pid_, sig);
+}
+
+ProcessResult BackgroundProcess::wait() {
+  waited_ = true;
+  return collect(pid_, out_, err_);
+}
+
+int freePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+  socklen_t len = sizeof a;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Zombies do not count: a container's PID 1 may never reap the orphans a killed worker leaves.
+bool groupAlive(int pgid) {
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    const std::string name = e.path().filename();
+    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::string stat = readText(e.path().string() + "/stat");
+    auto close_paren = stat.rfind(')');
+    if (close_paren == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close_paren + 2));
+    std::string state, ppid, pgrp;
+    rest >> state >> ppid >> pgrp;
+    if (state != "Z" && !pgrp.empty() && std::stoi(pgrp) == pgid) return true;
+  }
+  return false;
 }
 
 ProcessResult runLtrain(const std::vector<std::string>& args,

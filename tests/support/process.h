@@ -19,6 +19,27 @@ ProcessResult runProcess(const std::vector<std::string>& argv,
 ProcessResult runLtrain(const std::vector<std::string>& args,
                         const std::map<std::string, std::string>& env = {});
 
+// A process running in the background (its own process group) until wait() or destruction.
+class BackgroundProcess {
+ public:
+  BackgroundProcess(const std::vector<std::string>& argv,
+                    const std::map<std::string, std::string>& env = {});
+  ~BackgroundProcess();
+  int pid() const { return pid_; }
+  void signal(int sig);
+  ProcessResult wait();
+
+ private:
+  int pid_ = -1;
+  std::string out_, err_, dir_;
+  bool waited_ = false;
+};
+
+// A TCP port on 127.0.0.1 that was free a moment ago.
+int freePort();
+// Whether any process is still in process group `pgid`.
+bool groupAlive(int pgid);
+
 // A fresh directory under the system temp dir, removed when the object goes.
 class TempDir {
  public:

@@ -7,11 +7,14 @@
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 
 #include "ltrain/common/errors.h"
 #include "ltrain/data/dataset.h"
 #include "ltrain/data/distributed_sampler.h"
 #include "ltrain/data/loader.h"
+#include "ltrain/dist/comm.h"
+#include "ltrain/dist/ddp.h"
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
 #include "ltrain/models/model.h"
@@ -29,32 +32,42 @@ using Clock = std::chrono::steady_clock;
 double secondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
+double wallTime() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
 
 struct EvalResult {
   double loss = 0, accuracy = 0;
 };
 
+// Each rank evaluates a contiguous shard of the test set (no padding, so nothing counts twice);
+// the sums are reduced over ranks.
 EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t batch_size,
-                    const std::string& precision) {
+                    const std::string& precision, const dist::Runtime& rt, dist::Comm* comm,
+                    torch::Device device) {
   torch::NoGradGuard no_grad;
   model->eval();
-  std::vector<int64_t> order(ds.size());
-  std::iota(order.begin(), order.end(), 0);
+  const int64_t begin = ds.size() * rt.rank / rt.world_size;
+  const int64_t end = ds.size() * (rt.rank + 1) / rt.world_size;
+  std::vector<int64_t> order(end - begin);
+  std::iota(order.begin(), order.end(), begin);
   data::Loader loader(ds, std::move(order), batch_size, false, 0, 1);
   double loss_sum = 0;
   int64_t correct = 0;
   data::Batch b;
   while (loader.next(b)) {
-    AutocastScope autocast(precision, c10::DeviceType::CPU);
-    auto out = model->forward(b.inputs).to(torch::kFloat);
-    loss_sum +=
-        torch::nn::functional::cross_entropy(
-            out, b.targets, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-            .item<double>();
-    correct += out.argmax(1).eq(b.targets).sum().item<int64_t>();
+    AutocastScope autocast(precision, device.type());
+    auto x = b.inputs.to(device), y = b.targets.to(device);
+    auto out = model->forward(x).to(torch::kFloat);
+    loss_sum += torch::nn::functional::cross_entropy(
+                    out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
+                    .item<double>();
+    correct += out.argmax(1).eq(y).sum().item<int64_t>();
   }
   model->train();
-  return {loss_sum / ds.size(), static_cast<double>(correct) / ds.size()};
+  std::vector<double> sums{loss_sum, static_cast<double>(correct)};
+  if (comm) sums = comm->allreduceSum(sums);
+  return {sums[0] / ds.size(), sums[1] / ds.size()};
 }
 
 // Test hook for crash-and-resume tests: LTRAIN_FAULT_KILL_AT_STEP=STEP[:RANK] kills this process
@@ -67,11 +80,23 @@ bool faultAt(int64_t step, const dist::Runtime& rt) {
   return step == at_step && rank == rt.rank;
 }
 
+// What one logging window accumulates between two train reports.
+struct Window {
+  Clock::time_point start = Clock::now();
+  double loss = 0, comm_wait_s = 0;
+  int64_t steps = 0, samples = 0, allreduce_calls = 0;
+};
+
 class Loop {
  public:
   Loop(const config::LoadedConfig& lc, const TrainRequest& req, const dist::Runtime& rt)
       : cfg_(lc.cfg), rt_(rt) {
     if (cfg_.train.threads > 0) at::set_num_threads(static_cast<int>(cfg_.train.threads));
+    device_ = torch::cuda::is_available()
+                  ? torch::Device(torch::kCUDA, static_cast<int>(rt_.local_rank))
+                  : torch::Device(torch::kCPU);
+    dist::chooseBackend(cfg_.dist.backend,
+                        device_);  // a backend that cannot serve the device fails now
     // Everything that can be wrong with data or shapes fails here, before the run directory is
     // touched.
     splits_ = data::loadDataset(cfg_.data, static_cast<uint64_t>(cfg_.seed));
@@ -87,20 +112,46 @@ class Loop {
           fmt::format("data.batch_size {} with data.drop_last leaves no batch from the {} "
                       "training examples per process",
                       cfg_.data.batch_size, sampler_->numSamples()));
-    steps_per_epoch_ = (batches_per_epoch_ + cfg_.train.grad_accum - 1) / cfg_.train.grad_accum;
-    total_steps_ = cfg_.train.epochs * steps_per_epoch_;
+    const int64_t steps_per_epoch =
+        (batches_per_epoch_ + cfg_.train.grad_accum - 1) / cfg_.train.grad_accum;
+    total_steps_ = cfg_.train.epochs * steps_per_epoch;
     if (cfg_.train.max_steps > 0) total_steps_ = std::min(total_steps_, cfg_.train.max_steps);
 
-    run_ = prepareRunDir(lc, req.output_dir, req.overwrite, rt_.isMain());
+    if (rt_.distributed()) comm_ = dist::Comm::connect(rt_, cfg_.dist, device_);
+    // Rank 0 alone decides about and writes the run directory; the others follow its decision.
+    if (rt_.isMain()) run_ = prepareRunDir(lc, req.output_dir, req.overwrite, true);
+    if (comm_) {
+      run_.path = comm_->broadcastString("run_dir", run_.path);
+      const std::string from = comm_->broadcastString("resume_from", run_.resume_from.value_or(""));
+      if (!from.empty()) run_.resume_from = from;
+    }
     if (run_.resume_from) {
       state_ = loadCheckpoint(*run_.resume_from, *model_, *optimizer_);
-      spdlog::info("resuming from {} (step {}, epoch {})", *run_.resume_from, state_.step,
-                   state_.epoch + 1);
+      if (rt_.isMain())
+        spdlog::info("resuming from {} (step {}, epoch {})", *run_.resume_from, state_.step,
+                     state_.epoch + 1);
     }
-    if (rt_.isMain()) metrics_.open(run_.metrics(), run_.resume_from ? state_.step : -1);
-    spdlog::info("{}: {} with {} parameters, {} training / {} test examples, {} steps", cfg_.name,
-                 cfg_.model.name, models::parameterCount(*model_), splits_.train.size(),
-                 splits_.test.size(), total_steps_);
+    model_->to(device_);
+    if (comm_) {
+      dist::DdpOptions o;
+      o.bucket_cap_mb = cfg_.dist.bucket_cap_mb;
+      o.find_unused_parameters = cfg_.dist.find_unused_parameters;
+      o.compression = cfg_.dist.grad_compression;
+      o.timeout = comm_->timeout();
+      ddp_ = std::make_unique<dist::DistributedDataParallel>(model_.ptr(), comm_->backend(),
+                                                             rt_.world_size, o);
+      has_buffers_ = !model_->buffers().empty();
+    }
+    if (rt_.isMain()) {
+      metrics_.open(run_.metrics(), run_.resume_from ? state_.step : -1);
+      spdlog::info(
+          "{}: {} with {} parameters, {} training / {} test examples, {} steps, {} process(es){}",
+          cfg_.name, cfg_.model.name, models::parameterCount(*model_), splits_.train.size(),
+          splits_.test.size(), total_steps_, rt_.world_size,
+          ddp_ ? fmt::format(" on {} with {} gradient buckets", comm_->backendName(),
+                             ddp_->bucketCount())
+               : "");
+    }
   }
 
   Summary run() {
@@ -140,6 +191,39 @@ class Loop {
   }
 
  private:
+  // One optimizer step of k micro-batches; returns this rank's mean loss.
+  double step(data::Loader& loader, int64_t k, int64_t& samples, Window& w) {
+    optimizer_->zero_grad();
+    torch::Tensor step_loss = torch::zeros({}, device_);
+    data::Batch b;
+    for (int64_t i = 0; i < k; ++i) {
+      if (!loader.next(b)) throw std::runtime_error("loader ended before the epoch's last batch");
+      const bool sync = i == k - 1;  // earlier micro-batches accumulate locally (no_sync)
+      if (ddp_) {
+        ddp_->prepareBackward(sync);
+        if (has_buffers_) ddp_->broadcastBuffers();
+      }
+      auto x = b.inputs.to(device_, /*non_blocking=*/true), y = b.targets.to(device_, true);
+      torch::Tensor loss;
+      {
+        AutocastScope autocast(cfg_.train.precision, device_.type());
+        loss = torch::nn::functional::cross_entropy(model_->forward(x).to(torch::kFloat), y);
+      }
+      (loss / k).backward();
+      if (ddp_ && sync) ddp_->finishBackward();
+      step_loss += loss.detach() / k;
+      samples += b.targets.size(0);
+    }
+    if (ddp_) {
+      w.allreduce_calls += ddp_->lastStep().allreduce_calls;
+      for (double s : ddp_->lastStep().bucket_wait_s) w.comm_wait_s += s;
+    }
+    if (cfg_.train.clip_grad_norm > 0)
+      torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.train.clip_grad_norm);
+    optimizer_->step();
+    return step_loss.item<double>();
+  }
+
   void runEpoch() {
     sampler_->setEpoch(state_.epoch);
     data::Loader loader(splits_.train, sampler_->indices(), cfg_.data.batch_size,
@@ -147,49 +231,26 @@ class Loop {
                         state_.batch_in_epoch);
     if (state_.batch_in_epoch == 0) epoch_loss_sum_ = 0, epoch_loss_count_ = 0;
     model_->train();
-    auto window_start = Clock::now();
-    int64_t window_samples = 0;
-    double window_loss = 0;
-    int64_t window_steps = 0;
-    data::Batch b;
+    Window w;
     while (state_.step < total_steps_) {
       const int64_t k = std::min(cfg_.train.grad_accum, batches_per_epoch_ - state_.batch_in_epoch);
       if (k <= 0) break;
       const double lr = learningRate(cfg_.optimizer, cfg_.scheduler, state_.step, total_steps_);
       setLearningRate(*optimizer_, lr);
-      optimizer_->zero_grad();
-      torch::Tensor step_loss = torch::zeros({});
-      int64_t step_samples = 0;
-      for (int64_t i = 0; i < k; ++i) {
-        if (!loader.next(b)) throw std::runtime_error("loader ended before the epoch's last batch");
-        torch::Tensor loss;
-        {
-          AutocastScope autocast(cfg_.train.precision, c10::DeviceType::CPU);
-          loss = torch::nn::functional::cross_entropy(model_->forward(b.inputs).to(torch::kFloat),
-                                                      b.targets);
-        }
-        (loss / k).backward();
-        step_loss += loss.detach() / k;
-        step_samples += b.targets.size(0);
-      }
-      if (cfg_.train.clip_grad_norm > 0)
-        torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.train.clip_grad_norm);
-      optimizer_->step();
+      int64_t samples = 0;
+      const double loss = step(loader, k, samples, w);
+      if (!std::isfinite(loss))
+        throw std::runtime_error(fmt::format("training loss is {} at step {} on rank {}", loss,
+                                             state_.step + 1, rt_.rank));
       ++state_.step;
       state_.batch_in_epoch += k;
-      state_.samples += step_samples * rt_.world_size;
-      const double loss_value = step_loss.item<double>();
-      if (!std::isfinite(loss_value))
-        throw std::runtime_error(
-            fmt::format("training loss is {} at step {}", loss_value, state_.step));
-      window_loss += loss_value, ++window_steps, window_samples += step_samples * rt_.world_size;
-      epoch_loss_sum_ += loss_value, ++epoch_loss_count_;
+      state_.samples += samples * rt_.world_size;
+      w.loss += loss, ++w.steps, w.samples += samples * rt_.world_size;
+      epoch_loss_sum_ += loss, ++epoch_loss_count_;
 
       if (state_.step % cfg_.train.log_every == 0 || state_.step == total_steps_) {
-        const double secs = secondsSince(window_start);
-        logTrain(window_loss / window_steps, lr, secs > 0 ? window_samples / secs : 0);
-        window_loss = 0, window_steps = 0, window_samples = 0;
-        window_start = Clock::now();
+        logTrain(w, lr);
+        w = Window{};
       }
       const bool epoch_done = state_.batch_in_epoch >= batches_per_epoch_;
       if (epoch_done) ++state_.epoch, state_.batch_in_epoch = 0;
@@ -202,30 +263,38 @@ class Loop {
         checkpoint();
       const double paused = secondsSince(t_pause);
       paused_s_ += paused;
-      window_start +=
-          std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(paused));
+      w.start += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(paused));
       if (faultAt(state_.step, rt_)) std::raise(SIGKILL);
       if (epoch_done) break;
     }
   }
 
-  void logTrain(double loss, double lr, double samples_per_s) {
+  void logTrain(const Window& w, double lr) {
+    const double secs = secondsSince(w.start);
+    double loss = w.loss / w.steps;
+    if (comm_) loss = comm_->allreduceSum({loss})[0] / rt_.world_size;  // the mean over ranks
     if (!rt_.isMain()) return;
+    const double samples_per_s = secs > 0 ? w.samples / secs : 0;
     spdlog::info("ep {}/{} step {}/{} | loss {:.4f} | lr {:.3g} | {:.0f} samples/s",
                  state_.epoch + 1, cfg_.train.epochs, state_.step, total_steps_, loss, lr,
                  samples_per_s);
-    metrics_.write(io::JsonObject()
-                       .add("step", state_.step)
-                       .add("epoch", state_.epoch)
-                       .add("split", "train")
-                       .add("loss", loss)
-                       .add("lr", lr)
-                       .add("samples_per_s", samples_per_s)
-                       .add("wall_time", wallTime()));
+    io::JsonObject j;
+    j.add("step", state_.step)
+        .add("epoch", state_.epoch)
+        .add("split", "train")
+        .add("loss", loss)
+        .add("lr", lr)
+        .add("samples_per_s", samples_per_s)
+        .add("wall_time", wallTime());
+    if (ddp_)
+      j.add("allreduce_per_step", static_cast<double>(w.allreduce_calls) / w.steps)
+          .add("comm_wait_ms_per_step", 1000.0 * w.comm_wait_s / w.steps);
+    metrics_.write(j);
   }
 
   void evaluateAndLog() {
-    last_eval_ = evaluate(model_, splits_.test, cfg_.data.eval_batch_size, cfg_.train.precision);
+    last_eval_ = evaluate(model_, splits_.test, cfg_.data.eval_batch_size, cfg_.train.precision,
+                          rt_, comm_.get(), device_);
     last_eval_step_ = state_.step;
     if (!rt_.isMain()) return;
     spdlog::info("eval step {} | test loss {:.4f} | test accuracy {:.4f}", state_.step,
@@ -262,18 +331,17 @@ class Loop {
     io::writeFileAtomic(run_.summary(), j.str() + "\n");
   }
 
-  static double wallTime() {
-    return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-        .count();
-  }
-
   const config::ExperimentConfig& cfg_;
   dist::Runtime rt_;
+  torch::Device device_{torch::kCPU};
+  std::shared_ptr<dist::Comm> comm_;
+  std::unique_ptr<dist::DistributedDataParallel> ddp_;
+  bool has_buffers_ = false;
   data::Splits splits_;
   models::Classifier model_{nullptr};
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::unique_ptr<data::DistributedSampler> sampler_;
-  int64_t batches_per_epoch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
+  int64_t batches_per_epoch_ = 0, total_steps_ = 0;
   RunDir run_;
   LoopState state_;
   MetricsLog metrics_;

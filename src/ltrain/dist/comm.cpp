@@ -1,0 +1,145 @@
+#include "ltrain/dist/comm.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#ifdef USE_C10D_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <thread>
+
+#include "ltrain/common/errors.h"
+
+namespace ltrain::dist {
+namespace {
+
+using Ms = std::chrono::milliseconds;
+
+std::string firstLine(const std::string& s) {
+  return s.substr(0, s.find('\n'));
+}
+
+bool isLoopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+c10::intrusive_ptr<c10d::Store> openStore(const Runtime& rt, Ms timeout) {
+  const std::string where = fmt::format("{}:{}", rt.master_addr, rt.master_port);
+  c10d::TCPStoreOptions o;
+  o.port = static_cast<uint16_t>(rt.master_port);
+  o.isServer = !rt.agent_store && rt.rank == 0;
+  o.numWorkers = std::nullopt;  // our own barrier below names the ranks that never arrive
+  o.waitWorkers = false;
+  o.timeout = timeout;
+  c10::intrusive_ptr<c10d::Store> store;
+  try {
+    store = c10::make_intrusive<c10d::TCPStore>(rt.master_addr, o);
+  } catch (const c10::Error& e) {
+    const std::string msg = e.what_without_backtrace();
+    if (o.isServer && (msg.find("EADDRINUSE") != std::string::npos ||
+                       msg.find("already in use") != std::string::npos))
+      throw UsageError(fmt::format(
+          "{} is already in use: the rendezvous store cannot listen there (choose another "
+          "--master-port or MASTER_PORT, or 0 for a free one)",
+          where));
+    throw std::runtime_error(
+        fmt::format("rank {} cannot reach the rendezvous store at {} within {} s: {}", rt.rank,
+                    where, timeout.count() / 1000, firstLine(msg)));
+  }
+  // As torchrun's workers do with the agent's store: keys of each attempt stay apart.
+  if (rt.agent_store)
+    store = c10::make_intrusive<c10d::PrefixStore>(
+        fmt::format("/worker/attempt_{}", rt.restart_count), store);
+  return c10::make_intrusive<c10d::PrefixStore>("ltrain", store);
+}
+
+}  // namespace
+
+std::string chooseBackend(const std::string& configured, c10::Device device) {
+  if (configured == "nccl" && !device.is_cuda())
+    throw UsageError(
+        "dist.backend=nccl needs CUDA devices and none is available here; use gloo or auto");
+  if (configured == "auto") return device.is_cuda() ? "nccl" : "gloo";
+  return configured;
+}
+
+std::shared_ptr<Comm> Comm::connect(const Runtime& rt, const config::DistConfig& cfg,
+                                    c10::Device device) {
+  auto c = std::make_shared<Comm>();
+  c->rt_ = rt;
+  c->device_ = device;
+  c->timeout_ = Ms(cfg.timeout_s * 1000);
+  c->backend_name_ = chooseBackend(cfg.backend, device);
+  c->store_ = openStore(rt, c->timeout_);
+  c->barrier("rendezvous");
+
+  auto pg_store = c10::make_intrusive<c10d::PrefixStore>("pg", c->store_);
+  try {
+    if (c->backend_name_ == "gloo") {
+      auto opts = c10d::ProcessGroupGloo::Options::create(c->timeout_);
+      // Loopback jobs talk over loopback; multi-node jobs over the interface the hostname names.
+      opts->devices.push_back(isLoopback(rt.master_addr)
+                                  ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                  : c10d::ProcessGroupGloo::createDefaultDevice());
+      c->backend_ =
+          c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, rt.rank, rt.world_size, opts);
+    } else {
+#ifdef USE_C10D_NCCL
+      auto opts = c10d::ProcessGroupNCCL::Options::create();
+      opts->timeout = c->timeout_;
+      c->backend_ =
+          c10::make_intrusive<c10d::ProcessGroupNCCL>(pg_store, rt.rank, rt.world_size, opts);
+#else
+      throw UsageError("dist.backend=nccl: this build of LibTorch has no NCCL");
+#endif
+    }
+  } catch (const c10::Error& e) {
+    throw std::runtime_error(fmt::format("rank {}: creating the {} process group failed: {}",
+                                         rt.rank, c->backend_name_,
+                                         firstLine(e.what_without_backtrace())));
+  }
+  return c;
+}
+
+void Comm::barrier(const std::string& name) {
+  const std::string key = "barrier/" + name;
+  store_->set(fmt::format("{}/{}", key, rt_.rank), std::vector<uint8_t>{1});
+  int64_t arrived = store_->add(key, 1);
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  auto sleep = Ms(1);
+  while (arrived < rt_.world_size) {
+    if (std::chrono::steady_clock::now() >= deadline) {
+      std::string missing;
+      for (int64_t r = 0; r < rt_.world_size; ++r)
+        if (!store_->check({fmt::format("{}/{}", key, r)}))
+          missing += (missing.empty() ? "" : ", ") + std::to_string(r);
+      throw std::runtime_error(
+          fmt::format("rank(s) {} never arrived at '{}' within {} s (rendezvous {}:{})", missing,
+                      name, timeout_.count() / 1000, rt_.master_addr, rt_.master_port));
+    }
+    std::this_thread::sleep_for(sleep);
+    sleep = std::min(sleep * 2, Ms(100));
+    arrived = store_->add(key, 0);
+  }
+}
+
+std::string Comm::broadcastString(const std::string& key, const std::string& value) {
+  const std::string k = "bcast/" + key;
+  if (rt_.rank == 0) store_->set(k, std::vector<uint8_t>(value.begin(), value.end()));
+  store_->wait({k}, timeout_);
+  auto v = store_->get(k);
+  return std::string(v.begin(), v.end());
+}
+
+std::vector<double> Comm::allreduceSum(const std::vector<double>& values) {
+  auto t = torch::tensor(values, torch::kDouble).to(device_);
+  std::vector<at::Tensor> ts{t};
+  backend_->allreduce(ts)->wait(timeout_);
+  auto cpu = t.cpu();
+  return std::vector<double>(cpu.data_ptr<double>(), cpu.data_ptr<double>() + cpu.numel());
+}
+
+}  // namespace ltrain::dist

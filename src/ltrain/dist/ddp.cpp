@@ -1,0 +1,210 @@
+#include "ltrain/dist/ddp.h"
+
+#include <fmt/format.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/torch.h>
+
+#include <map>
+
+namespace ltrain::dist {
+
+// Runs after autograd has accumulated a parameter's gradient into .grad.
+struct GradReadyHook : torch::autograd::PostAccumulateGradHook {
+  GradReadyHook(DistributedDataParallel* ddp, size_t slot) : ddp(ddp), slot(slot) {}
+  void operator()(const torch::autograd::Variable&) override { ddp->markReady(slot); }
+  DistributedDataParallel* ddp;
+  size_t slot;
+};
+
+namespace {
+torch::ScalarType wireType(const std::string& compression, torch::ScalarType param_type) {
+  if (compression == "bf16") return torch::kBFloat16;
+  if (compression == "fp16") return torch::kHalf;
+  return param_type;
+}
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                                                 c10::intrusive_ptr<c10d::Backend> pg,
+                                                 int64_t world_size, DdpOptions opts)
+    : module_(std::move(module)), pg_(std::move(pg)), world_(world_size), opts_(std::move(opts)) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> state;
+  for (auto& p : module_->parameters()) state.push_back(p);
+  for (auto& b : module_->buffers()) state.push_back(b);
+  broadcastCoalesced(state);
+
+  // Buckets: parameters in reverse registration order (roughly the order backward produces their
+  // gradients), a bucket per (dtype, device) open at a time, closed when it reaches its limit.
+  auto named = module_->named_parameters();
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  for (const auto& item : named)
+    if (item.value().requires_grad()) params.emplace_back(item.key(), item.value());
+  std::reverse(params.begin(), params.end());
+  std::map<std::string, std::vector<size_t>> open;  // key -> slots of the open bucket
+  std::map<std::string, int64_t> open_bytes, closed_count;
+  std::vector<std::vector<size_t>> groups;
+  auto close = [&](const std::string& key) {
+    if (open[key].empty()) return;
+    groups.push_back(open[key]);
+    open[key].clear();
+    open_bytes[key] = 0;
+    ++closed_count[key];
+  };
+  for (auto& [name, p] : params) {
+    const std::string key = fmt::format("{}/{}", c10::toString(p.scalar_type()), p.device().str());
+    slots_.push_back({p, name, 0, 0, p.numel()});
+    open[key].push_back(slots_.size() - 1);
+    open_bytes[key] += p.numel() * static_cast<int64_t>(p.element_size());
+    const double limit_mb = closed_count[key] == 0 ? opts_.first_bucket_mb : opts_.bucket_cap_mb;
+    if (open_bytes[key] >= static_cast<int64_t>(limit_mb * 1024 * 1024)) close(key);
+  }
+  for (auto& [key, s] : open) close(key);
+  // Same order on every rank: by the position of each bucket's first parameter.
+  std::sort(groups.begin(), groups.end(),
+            [](const auto& a, const auto& b) { return a.front() < b.front(); });
+  for (auto& g : groups) {
+    Bucket b;
+    int64_t offset = 0;
+    for (size_t s : g) {
+      slots_[s].bucket = buckets_.size();
+      slots_[s].offset = offset;
+      offset += slots_[s].numel;
+    }
+    const auto& first = slots_[g.front()].param;
+    b.buffer = torch::zeros(
+        {offset}, first.options().dtype(wireType(opts_.compression, first.scalar_type())));
+    b.slots = g;
+    buckets_.push_back(std::move(b));
+  }
+  ready_.assign(slots_.size(), 0);
+  for (size_t s = 0; s < slots_.size(); ++s)
+    torch::autograd::impl::set_post_acc_grad_hooks(slots_[s].param,
+                                                   std::make_unique<GradReadyHook>(this, s));
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  for (auto& s : slots_) torch::autograd::impl::set_post_acc_grad_hooks(s.param, nullptr);
+}
+
+double DistributedDataParallel::now() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start_).count();
+}
+
+void DistributedDataParallel::broadcastCoalesced(const std::vector<torch::Tensor>& tensors) {
+  // One broadcast per dtype: a flat copy out, broadcast from rank 0, copied back in.
+  std::map<torch::ScalarType, std::vector<torch::Tensor>> by_type;
+  for (const auto& t : tensors) by_type[t.scalar_type()].push_back(t);
+  for (auto& [type, ts] : by_type) {
+    std::vector<torch::Tensor> flat;
+    for (auto& t : ts) flat.push_back(t.detach().reshape(-1));
+    std::vector<at::Tensor> io{torch::cat(flat)};
+    pg_->broadcast(io)->wait(opts_.timeout);
+    int64_t off = 0;
+    for (auto& t : ts) {
+      t.detach().copy_(io[0].narrow(0, off, t.numel()).view_as(t));
+      off += t.numel();
+    }
+  }
+}
+
+void DistributedDataParallel::broadcastBuffers() {
+  if (world_ < 2) return;
+  torch::NoGradGuard no_grad;
+  auto buffers = module_->buffers();
+  if (!buffers.empty()) broadcastCoalesced(buffers);
+}
+
+void DistributedDataParallel::prepareBackward(bool sync) {
+  std::lock_guard<std::mutex> lk(mu_);
+  armed_ = sync;
+  if (!sync) return;
+  std::fill(ready_.begin(), ready_.end(), 0);
+  for (auto& b : buckets_) b.pending = b.slots.size(), b.work.reset();
+  next_launch_ = 0;
+  stats_ = DdpStepStats{};
+  step_start_ = std::chrono::steady_clock::now();
+}
+
+void DistributedDataParallel::markReady(size_t s) {
+  std::lock_guard<std::mutex> lk(mu_);
+  if (!armed_ || ready_[s]) return;
+  ready_[s] = 1;
+  Slot& slot = slots_[s];
+  Bucket& b = buckets_[slot.bucket];
+  torch::NoGradGuard no_grad;
+  auto view = b.buffer.narrow(0, slot.offset, slot.numel);
+  const auto& grad = slot.param.grad();
+  if (grad.defined()) {
+    // Divide before the sum, as PyTorch does, so low-precision sums do not overflow.
+    view.copy_(grad.reshape(-1));
+    view.div_(world_);
+  } else {
+    view.zero_();
+  }
+  if (--b.pending == 0) launchReady();
+}
+
+void DistributedDataParallel::launchReady() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
+    Bucket& b = buckets_[next_launch_++];
+    std::vector<at::Tensor> io{b.buffer};
+    b.work = pg_->allreduce(io);
+    ++stats_.allreduce_calls;
+    if (stats_.first_launch_s < 0) stats_.first_launch_s = now();
+  }
+}
+
+void DistributedDataParallel::finishBackward() {
+  std::unique_lock<std::mutex> lk(mu_);
+  if (!armed_) return;
+  stats_.backward_end_s = now();
+  std::vector<std::string> unused;
+  for (size_t s = 0; s < slots_.size(); ++s)
+    if (!ready_[s]) unused.push_back(slots_[s].name);
+  if (!unused.empty()) {
+    if (!opts_.find_unused_parameters) {
+      armed_ = false;
+      std::string names;
+      for (size_t i = 0; i < unused.size() && i < 8; ++i) names += (i ? ", " : "") + unused[i];
+      if (unused.size() > 8) names += fmt::format(" and {} more", unused.size() - 8);
+      throw std::runtime_error(
+          fmt::format("{} parameter(s) got no gradient in this step ({}) while "
+                      "dist.find_unused_parameters is false; set "
+                      "dist.find_unused_parameters=true, or make the forward use them",
+                      unused.size(), names));
+    }
+    lk.unlock();
+    for (size_t s = 0; s < slots_.size(); ++s)
+      if (!ready_[s]) markReady(s);  // zeros, or what no_sync steps accumulated
+    lk.lock();
+  }
+  torch::NoGradGuard no_grad;
+  for (auto& b : buckets_) {
+    auto t0 = std::chrono::steady_clock::now();
+    b.work->wait(opts_.timeout);
+    stats_.bucket_wait_s.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    for (size_t s : b.slots) {
+      auto& p = slots_[s].param;
+      auto reduced = b.buffer.narrow(0, slots_[s].offset, slots_[s].numel).view(p.sizes());
+      if (p.grad().defined())
+        p.mutable_grad().copy_(reduced);
+      else
+        p.mutable_grad() = reduced.to(p.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
+    }
+  }
+  armed_ = false;
+}
+
+std::vector<std::vector<std::string>> DistributedDataParallel::bucketParameterNames() const {
+  std::vector<std::vector<std::string>> out;
+  for (const auto& b : buckets_) {
+    out.emplace_back();
+    for (size_t s : b.slots) out.back().push_back(slots_[s].name);
+  }
+  return out;
+}
+
+}  // namespace ltrain::dist

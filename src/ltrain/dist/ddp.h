@@ -1,0 +1,87 @@
+// DistributedDataParallel for LibTorch modules: parameters grouped into buckets (reverse
+// registration order, first 1 MiB then bucket_cap_mb, by dtype and device); a post-accumulate hook
+// per parameter copies its gradient / world into its bucket; a complete bucket's allreduce starts
+// at once, in bucket order on every rank, while backward goes on. finishBackward() waits for them
+// and copies the averaged gradients back before the optimizer step.
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace ltrain::dist {
+
+struct DdpOptions {
+  double first_bucket_mb = 1.0;
+  double bucket_cap_mb = 25.0;
+  bool find_unused_parameters = false;
+  std::string compression = "none";  // none | bf16 | fp16
+  std::chrono::milliseconds timeout{1800 * 1000};
+};
+
+struct DdpStepStats {
+  int64_t allreduce_calls = 0;
+  std::vector<double> bucket_wait_s;  // time finishBackward waited on each bucket
+  double first_launch_s = -1;  // seconds after prepareBackward when the first allreduce started
+  double backward_end_s = -1;  // seconds after prepareBackward when finishBackward was entered
+};
+
+class DistributedDataParallel {
+ public:
+  // Broadcasts parameters and buffers from rank 0 and installs the gradient hooks.
+  DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
+                          c10::intrusive_ptr<c10d::Backend> pg, int64_t world_size,
+                          DdpOptions opts);
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  void broadcastBuffers();  // before each forward, as broadcast_buffers=True
+  // Arms the hooks for the coming backward; sync=false accumulates locally (no_sync).
+  void prepareBackward(bool sync);
+  // Reduces what the hooks did not launch, waits, writes the averaged gradients. Throws
+  // std::runtime_error naming parameters that got no gradient when find_unused_parameters is off.
+  void finishBackward();
+
+  size_t bucketCount() const { return buckets_.size(); }
+  std::vector<std::vector<std::string>> bucketParameterNames() const;
+  const DdpStepStats& lastStep() const { return stats_; }
+
+ private:
+  struct Slot {
+    torch::Tensor param;
+    std::string name;
+    size_t bucket;
+    int64_t offset, numel;
+  };
+  struct Bucket {
+    std::vector<size_t> slots;
+    torch::Tensor buffer;
+    size_t pending = 0;
+    c10::intrusive_ptr<c10d::Work> work;
+  };
+  friend struct GradReadyHook;
+  void markReady(size_t slot);
+  void launchReady();  // under mu_
+  void broadcastCoalesced(const std::vector<torch::Tensor>& tensors);
+  double now() const;
+
+  std::shared_ptr<torch::nn::Module> module_;
+  c10::intrusive_ptr<c10d::Backend> pg_;
+  int64_t world_;
+  DdpOptions opts_;
+  std::vector<Slot> slots_;
+  std::vector<Bucket> buckets_;
+  std::vector<char> ready_;
+  size_t next_launch_ = 0;
+  bool armed_ = false;
+  std::mutex mu_;
+  DdpStepStats stats_;
+  std::chrono::steady_clock::time_point step_start_;
+};
+
+}  // namespace ltrain::dist

@@ -1,0 +1,307 @@
+#include "ltrain/launch/launcher.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <sys/wait.h>
+#include <torch/cuda.h>
+#include <unistd.h>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <thread>
+
+#include "ltrain/common/errors.h"
+#include "ltrain/io/files.h"
+
+namespace ltrain::launch {
+namespace {
+
+volatile sig_atomic_t g_signal = 0;
+void onSignal(int s) {
+  g_signal = s;
+}
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kTailLines = 20;
+
+struct Worker {
+  int local_rank = 0, rank = 0;
+  pid_t pid = -1;
+  int fd = -1;  // read end of the worker's stdout+stderr pipe
+  std::string partial;
+  std::deque<std::string> tail;
+  std::ofstream log;
+  bool exited = false;
+  int status = 0;
+  std::string error_file;
+};
+
+std::string describeStatus(int status) {
+  if (WIFEXITED(status)) return fmt::format("exit code {}", WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) {
+    const char* abbrev = sigabbrev_np(WTERMSIG(status));
+    return fmt::format("signal {} (SIG{})", WTERMSIG(status), abbrev ? abbrev : "?");
+  }
+  return "unknown status";
+}
+
+bool failed(int status) {
+  return !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+}
+
+std::string clock() {
+  auto t = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%H:%M:%S", std::localtime(&t));
+  return buf;
+}
+
+void say(const std::string& line) {
+  fmt::print(stderr, "ltrain launch: {}\n", line);
+}
+
+class Launcher {
+ public:
+  explicit Launcher(const LaunchOptions& o) : o_(o) {
+    const int gpus = static_cast<int>(torch::cuda::device_count());
+    nproc_ =
+        resolveNproc(o.nproc_per_node, gpus, static_cast<int>(std::thread::hardware_concurrency()));
+    if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes)
+      throw UsageError(fmt::format("--node-rank {} is outside --nnodes {}", o.node_rank, o.nnodes));
+    if (o.program.empty()) throw UsageError("launch: expected a PROGRAM to run after --");
+    if (o.nnodes > 1 && o.master_port == 0)
+      throw UsageError(
+          "--master-port 0 picks a port on this node only; a multi-node job needs a fixed port");
+  }
+
+  int run() {
+    hostStore();
+    struct sigaction sa {};
+    sa.sa_handler = onSignal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    if (!o_.log_dir.empty()) {
+      std::error_code ec;
+      std::filesystem::create_directories(o_.log_dir, ec);
+      if (ec)
+        throw UsageError(
+            fmt::format("--log-dir '{}' cannot be created: {}", o_.log_dir, ec.message()));
+    }
+    for (int attempt = 0;; ++attempt) {
+      spawnAll(attempt);
+      const int failed_rank = monitor();
+      if (g_signal) {
+        const int sig = g_signal;
+        say(fmt::format("got signal {}; stopping the workers", sig));
+        stopAll(sig);
+        return 128 + sig;
+      }
+      if (failed_rank < 0) return 0;
+      const Worker& w = workers_[failed_rank];
+      report(w, attempt);
+      stopAll(SIGTERM);
+      if (WIFEXITED(w.status) && WEXITSTATUS(w.status) == 2) {
+        say("the failure is bad usage or input (exit code 2); not restarting");
+        return 2;
+      }
+      if (attempt >= o_.max_restarts) {
+        say(fmt::format("no restarts left (--max-restarts {}); the job failed", o_.max_restarts));
+        return 1;
+      }
+      say(fmt::format("restarting all workers (restart {} of {})", attempt + 1, o_.max_restarts));
+    }
+  }
+
+ private:
+  void hostStore() {
+    port_ = o_.master_port;
+    if (o_.node_rank != 0) return;  // node 0's agent hosts the store; workers here connect to it
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(o_.master_port);
+    so.isServer = true;
+    so.waitWorkers = false;
+    try {
+      store_ = c10::make_intrusive<c10d::TCPStore>(o_.master_addr, so);
+    } catch (const c10::Error& e) {
+      throw UsageError(
+          fmt::format("{}:{} is already in use or cannot be bound: the launcher's rendezvous store "
+                      "cannot listen there (choose another --master-port, or 0 for a free one)",
+                      o_.master_addr, o_.master_port));
+    }
+    port_ = store_->getPort();
+  }
+
+  void spawnAll(int attempt) {
+    workers_.clear();
+    workers_.resize(nproc_);
+    const bool omp_set = std::getenv("OMP_NUM_THREADS") != nullptr;
+    for (int i = 0; i < nproc_; ++i) {
+      Worker& w = workers_[i];
+      w.local_rank = i;
+      w.rank = o_.node_rank * nproc_ + i;
+      const std::string dir =
+          o_.log_dir.empty() ? std::filesystem::temp_directory_path().string() : o_.log_dir;
+      w.error_file =
+          fmt::format("{}/error-{}-attempt{}-rank{}.json", dir, ::getpid(), attempt, w.rank);
+      std::filesystem::remove(w.error_file);
+      if (!o_.log_dir.empty()) {
+        w.log.open(fmt::format("{}/rank_{}.log", o_.log_dir, w.rank), std::ios::app);
+        w.log << fmt::format("=== attempt {} started {} ===\n", attempt, clock());
+      }
+      auto env = workerEnv(o_, nproc_, i, port_, attempt, w.error_file, omp_set);
+      int fds[2];
+      if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("launch: pipe() failed");
+      pid_t pid = fork();
+      if (pid < 0) throw std::runtime_error("launch: fork() failed");
+      if (pid == 0) {
+        setpgid(0, 0);  // its own group: a stop reaches everything the worker started
+        signal(SIGINT, SIG_DFL);
+        signal(SIGTERM, SIG_DFL);
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+        std::vector<char*> argv;
+        for (const auto& a : o_.program) argv.push_back(const_cast<char*>(a.c_str()));
+        argv.push_back(nullptr);
+        execvp(argv[0], argv.data());
+        fmt::print(stderr, "cannot start '{}': {}\n", o_.program[0], std::strerror(errno));
+        _exit(127);
+      }
+      setpgid(pid, pid);
+      close(fds[1]);
+      w.pid = pid;
+      w.fd = fds[0];
+    }
+  }
+
+  void emit(Worker& w, const std::string& line) {
+    fmt::print("[rank {}] {}\n", w.rank, line);
+    std::fflush(stdout);
+    if (w.log.is_open()) w.log << line << '\n', w.log.flush();
+    w.tail.push_back(line);
+    if (w.tail.size() > kTailLines) w.tail.pop_front();
+  }
+
+  // Reads what the workers printed; returns false when no pipe is left open.
+  bool pump(int timeout_ms) {
+    std::vector<pollfd> fds;
+    std::vector<Worker*> owners;
+    for (auto& w : workers_)
+      if (w.fd >= 0) fds.push_back({w.fd, POLLIN, 0}), owners.push_back(&w);
+    if (fds.empty()) {
+      if (timeout_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(timeout_ms));
+      return false;
+    }
+    if (poll(fds.data(), fds.size(), timeout_ms) <= 0) return true;
+    char buf[65536];
+    for (size_t i = 0; i < fds.size(); ++i) {
+      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+      Worker& w = *owners[i];
+      ssize_t n = read(w.fd, buf, sizeof buf);
+      if (n <= 0) {
+        if (!w.partial.empty()) emit(w, w.partial), w.partial.clear();
+        close(w.fd);
+        w.fd = -1;
+        continue;
+      }
+      w.partial.append(buf, static_cast<size_t>(n));
+      size_t nl;
+      while ((nl = w.partial.find('\n')) != std::string::npos) {
+        emit(w, w.partial.substr(0, nl));
+        w.partial.erase(0, nl + 1);
+      }
+    }
+    return true;
+  }
+
+  void reap() {
+    int status;
+    pid_t pid;
+    while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
+      for (auto& w : workers_)
+        if (w.pid == pid) w.exited = true, w.status = status;
+  }
+
+  // Until every worker is done (-1) or one failed (its index); returns early on a signal.
+  int monitor() {
+    while (true) {
+      pump(100);
+      reap();
+      if (g_signal) return -1;
+      for (size_t i = 0; i < workers_.size(); ++i)
+        if (workers_[i].exited && failed(workers_[i].status)) {
+          // Let its last words arrive before reporting.
+          auto until = Clock::now() + std::chrono::milliseconds(500);
+          while (workers_[i].fd >= 0 && Clock::now() < until) pump(50);
+          return static_cast<int>(i);
+        }
+      bool all = true;
+      for (auto& w : workers_) all = all && w.exited && w.fd < 0;
+      if (all) return -1;
+    }
+  }
+
+  void stopAll(int sig) {
+    for (auto& w : workers_)
+      if (!w.exited) kill(-w.pid, sig);
+    const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(o_.grace_s));
+    auto running = [&] {
+      for (auto& w : workers_)
+        if (!w.exited) return true;
+      return false;
+    };
+    while (running() && Clock::now() < until) pump(50), reap();
+    for (auto& w : workers_)
+      if (!w.exited) {
+        say(fmt::format("rank {} did not stop within {} s; sending SIGKILL", w.rank, o_.grace_s));
+        kill(-w.pid, SIGKILL);
+      }
+    for (auto& w : workers_) {
+      if (!w.exited) waitpid(w.pid, &w.status, 0), w.exited = true;
+      kill(-w.pid, SIGKILL);  // anything the worker left behind in its group
+    }
+    while (pump(0)) {
+    }
+  }
+
+  void report(const Worker& w, int attempt) {
+    say(fmt::format("worker rank {} (local rank {}, pid {}) failed at {} on attempt {}: {}", w.rank,
+                    w.local_rank, w.pid, clock(), attempt, describeStatus(w.status)));
+    std::error_code ec;
+    if (std::filesystem::exists(w.error_file, ec)) {
+      static const std::regex msg(R"re("message":\s*"((?:[^"\\]|\\.)*)")re");
+      std::smatch m;
+      const std::string text = io::readFile(w.error_file);
+      if (std::regex_search(text, m, msg))
+        say(fmt::format("rank {} error: {}", w.rank, m[1].str()));
+    }
+    if (!w.tail.empty()) {
+      say(fmt::format("last output of rank {}:", w.rank));
+      for (const auto& line : w.tail) fmt::print(stderr, "    {}\n", line);
+    }
+  }
+
+  LaunchOptions o_;
+  int nproc_ = 1, port_ = 0;
+  c10::intrusive_ptr<c10d::TCPStore> store_;
+  std::vector<Worker> workers_;
+};
+
+}  // namespace
+
+int runLauncher(const LaunchOptions& opts) {
+  Launcher l(opts);
+  return l.run();
+}
+
+}  // namespace ltrain::launch

@@ -1,0 +1,114 @@
+// A DDP worker for the multi-process tests, started by `ltrain launch`. It wraps a small model in
+// DistributedDataParallel, runs one synchronised backward and prints one "result ..." line with
+// what the test checks: the largest difference between DDP's gradients and the plain average of
+// every rank's own gradients, bucket and allreduce counts, and launch/backward-end timestamps.
+//   ddp_worker MODE   (MODE: basic | unused | unused_error | overlap | bf16 | accum)
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <iostream>
+
+#include "ltrain/config/schema.h"
+#include "ltrain/dist/comm.h"
+#include "ltrain/dist/ddp.h"
+#include "ltrain/dist/runtime.h"
+
+namespace {
+
+struct NetImpl : torch::nn::Module {
+  NetImpl(int64_t width, int64_t depth, bool with_unused) {
+    for (int64_t i = 0; i < depth; ++i)
+      layers.push_back(register_module(fmt::format("fc{}", i), torch::nn::Linear(width, width)));
+    head = register_module("head", torch::nn::Linear(width, 4));
+    if (with_unused) extra = register_module("extra", torch::nn::Linear(width, 4));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    for (auto& l : layers) x = torch::relu(l->forward(x));
+    return head->forward(x);
+  }
+  std::vector<torch::nn::Linear> layers;
+  torch::nn::Linear head{nullptr}, extra{nullptr};
+};
+TORCH_MODULE(Net);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "basic";
+  auto rt = ltrain::dist::runtimeFromEnv();
+  auto dc = ltrain::config::defaults().dist;
+  dc.timeout_s = 30;
+  auto comm = ltrain::dist::Comm::connect(rt, dc, torch::kCPU);
+
+  const bool overlap = mode == "overlap";
+  // overlap: 6 x 1024^2 floats = 24 MiB of gradients; otherwise small, with a small bucket cap.
+  const int64_t width = overlap ? 1024 : 64, depth = overlap ? 6 : 4;
+  torch::manual_seed(1000 + rt.rank);  // different on each rank: DDP must broadcast rank 0's
+  Net net(width, depth, mode == "unused" || mode == "unused_error");
+
+  ltrain::dist::DdpOptions o;
+  o.bucket_cap_mb = overlap ? 4.0 : 0.01;
+  o.first_bucket_mb = overlap ? 1.0 : 0.01;
+  o.find_unused_parameters = mode == "unused";
+  o.compression = mode == "bf16" ? "bf16" : "none";
+  o.timeout = std::chrono::seconds(30);
+  ltrain::dist::DistributedDataParallel ddp(net.ptr(), comm->backend(), rt.world_size, o);
+
+  // Parameters must now be rank 0's everywhere.
+  double psum = 0;
+  for (auto& p : net->parameters()) psum += p.sum().item<double>();
+  const double psum_all = comm->allreduceSum({psum})[0];
+  const bool broadcast_ok =
+      std::abs(psum_all - rt.world_size * psum) < 1e-6 * std::max(1.0, std::abs(psum_all));
+
+  torch::manual_seed(2000 + rt.rank);  // each rank its own data
+  const int micro = mode == "accum" ? 2 : 1;
+  std::vector<torch::Tensor> xs, ys;
+  for (int i = 0; i < micro; ++i)
+    xs.push_back(torch::randn({8, width})), ys.push_back(torch::randint(4, {8}));
+
+  // Expected: each rank's own gradient (summed over micro-batches), averaged over ranks by a plain
+  // allreduce.
+  std::vector<torch::Tensor> local;
+  for (auto& p : net->parameters()) local.push_back(torch::zeros_like(p));
+  for (int i = 0; i < micro; ++i) {
+    auto loss = torch::nn::functional::cross_entropy(net->forward(xs[i]), ys[i]);
+    auto grads =
+        torch::autograd::grad({loss}, net->parameters(), {}, false, false, /*allow_unused=*/true);
+    for (size_t j = 0; j < grads.size(); ++j)
+      if (grads[j].defined()) local[j] += grads[j];
+  }
+  std::vector<torch::Tensor> flat;
+  for (auto& g : local) flat.push_back(g.reshape(-1));
+  std::vector<at::Tensor> io{torch::cat(flat)};
+  comm->backend()->allreduce(io)->wait();
+  auto expected = io[0] / rt.world_size;
+
+  try {
+    for (int i = 0; i < micro; ++i) {
+      ddp.prepareBackward(i == micro - 1);
+      torch::nn::functional::cross_entropy(net->forward(xs[i]), ys[i]).backward();
+    }
+    ddp.finishBackward();
+  } catch (const std::exception& e) {
+    std::cerr << "ddp_worker: error: " << e.what() << "\n";
+    return 1;
+  }
+  std::vector<torch::Tensor> got;
+  for (auto& p : net->parameters())
+    got.push_back(p.grad().defined() ? p.grad().reshape(-1) : torch::zeros({p.numel()}));
+  const double max_diff = (torch::cat(got) - expected).abs().max().item<double>();
+  double unused_norm = 0;
+  if (net->extra)
+    unused_norm =
+        net->extra->weight.grad().defined() ? net->extra->weight.grad().norm().item<double>() : -1;
+  const auto& st = ddp.lastStep();
+  std::cout << fmt::format(
+                   "result rank={} broadcast_ok={} max_diff={:.3g} buckets={} allreduce_calls={} "
+                   "first_launch_s={:.6f} "
+                   "backward_end_s={:.6f} unused_grad_norm={}",
+                   rt.rank, broadcast_ok, max_diff, ddp.bucketCount(), st.allreduce_calls,
+                   st.first_launch_s, st.backward_end_s, unused_norm)
+            << std::endl;
+  return 0;
+}

@@ -1,0 +1,26 @@
+#include "support/results.h"
+
+#include <regex>
+#include <sstream>
+
+namespace ltrain::test {
+
+std::map<int, std::map<std::string, std::string>> workerResults(const std::string& out) {
+  std::map<int, std::map<std::string, std::string>> r;
+  static const std::regex line(R"(\[rank (\d+)\] result (.*))");
+  std::istringstream in(out);
+  std::string l;
+  while (std::getline(in, l)) {
+    std::smatch m;
+    if (!std::regex_match(l, m, line)) continue;
+    std::istringstream kv(m[2].str());
+    std::string item;
+    while (kv >> item) {
+      auto eq = item.find('=');
+      if (eq != std::string::npos) r[std::stoi(m[1])][item.substr(0, eq)] = item.substr(eq + 1);
+    }
+  }
+  return r;
+}
+
+}  // namespace ltrain::test
