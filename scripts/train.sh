@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs what is missing, builds, and trains: scripts/train.sh [CONFIG] [KEY=VALUE ...] [ltrain flags]
-# Default CONFIG: configs/quickstart.yaml on Fashion-MNIST. Each run gets a fresh directory under
-# runs/ unless --output-dir is given.
+# Default CONFIG: configs/quickstart.yaml on Fashion-MNIST, as 2 processes (DDP over Gloo) unless
+# --nproc-per-node is given. Each run gets a fresh directory under runs/ unless --output-dir is given.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup.sh"
@@ -14,4 +14,5 @@ if [[ " $* " != *" --output-dir "* ]]; then
   stem=$(basename "$config" .yaml)
   extra=(--output-dir "runs/$stem-$(date +%Y%m%d-%H%M%S)")
 fi
+[[ " $* " == *" --nproc-per-node "* ]] || extra+=(--nproc-per-node 2)
 exec "$root/build/ltrain" train "$config" "$@" "${extra[@]}"

@@ -38,13 +38,19 @@ int main(int argc, char** argv) {
   auto rt = ltrain::dist::runtimeFromEnv();
   auto dc = ltrain::config::defaults().dist;
   dc.timeout_s = 30;
-  auto comm = ltrain::dist::Comm::connect(rt, dc, torch::kCPU);
+  // LTRAIN_TEST_DEVICE=cuda: the model on cuda:<local rank>, reduced with NCCL.
+  const char* dev = std::getenv("LTRAIN_TEST_DEVICE");
+  const torch::Device device = dev && std::string(dev) == "cuda"
+                                   ? torch::Device(torch::kCUDA, static_cast<int>(rt.local_rank))
+                                   : torch::Device(torch::kCPU);
+  auto comm = ltrain::dist::Comm::connect(rt, dc, device);
 
   const bool overlap = mode == "overlap";
   // overlap: 6 x 1024^2 floats = 24 MiB of gradients; otherwise small, with a small bucket cap.
   const int64_t width = overlap ? 1024 : 64, depth = overlap ? 6 : 4;
   torch::manual_seed(1000 + rt.rank);  // different on each rank: DDP must broadcast rank 0's
   Net net(width, depth, mode == "unused" || mode == "unused_error");
+  net->to(device);
 
   ltrain::dist::DdpOptions o;
   o.bucket_cap_mb = overlap ? 4.0 : 0.01;
@@ -65,7 +71,8 @@ int main(int argc, char** argv) {
   const int micro = mode == "accum" ? 2 : 1;
   std::vector<torch::Tensor> xs, ys;
   for (int i = 0; i < micro; ++i)
-    xs.push_back(torch::randn({8, width})), ys.push_back(torch::randint(4, {8}));
+    xs.push_back(torch::randn({8, width}).to(device)),
+        ys.push_back(torch::randint(4, {8}).to(device));
 
   // Expected: each rank's own gradient (summed over micro-batches), averaged over ranks by a plain
   // allreduce.
@@ -96,7 +103,8 @@ int main(int argc, char** argv) {
   }
   std::vector<torch::Tensor> got;
   for (auto& p : net->parameters())
-    got.push_back(p.grad().defined() ? p.grad().reshape(-1) : torch::zeros({p.numel()}));
+    got.push_back(p.grad().defined() ? p.grad().reshape(-1)
+                                     : torch::zeros({p.numel()}, p.options()));
   const double max_diff = (torch::cat(got) - expected).abs().max().item<double>();
   double unused_norm = 0;
   if (net->extra)
@@ -104,11 +112,13 @@ int main(int argc, char** argv) {
         net->extra->weight.grad().defined() ? net->extra->weight.grad().norm().item<double>() : -1;
   const auto& st = ddp.lastStep();
   std::cout << fmt::format(
-                   "result rank={} broadcast_ok={} max_diff={:.3g} buckets={} allreduce_calls={} "
+                   "result rank={} device={} backend={} broadcast_ok={} max_diff={:.3g} buckets={} "
+                   "allreduce_calls={} "
                    "first_launch_s={:.6f} "
                    "backward_end_s={:.6f} unused_grad_norm={}",
-                   rt.rank, broadcast_ok, max_diff, ddp.bucketCount(), st.allreduce_calls,
-                   st.first_launch_s, st.backward_end_s, unused_norm)
+                   rt.rank, device.str(), comm->backendName(), broadcast_ok, max_diff,
+                   ddp.bucketCount(), st.allreduce_calls, st.first_launch_s, st.backward_end_s,
+                   unused_norm)
             << std::endl;
   return 0;
 }

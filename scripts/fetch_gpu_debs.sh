@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Downloads the Debian packages that scripts/gpu_check.sh unpacks on the GPU machine (which has
+# torch, cmake and ninja but none of our other dependencies, and no internet) into .debs/.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+mkdir -p "$root/.debs"
+grep -qx '/.debs/' "$root/.git/info/exclude" 2>/dev/null || echo '/.debs/' >>"$root/.git/info/exclude"
+cd "$root/.debs"
+apt-get download libcli11-dev libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 \
+  catch2 libgloo-dev zlib1g-dev >/dev/null
+ls -1 "$root/.debs"
