@@ -19,7 +19,8 @@ for d in "$root"/.debs/*.deb; do
   if command -v dpkg-deb >/dev/null; then dpkg-deb -x "$d" "$prefix"; else (cd "$prefix" && ar p "$d" data.tar.xz | tar -xJ); fi
 done
 export LD_LIBRARY_PATH="$prefix/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-PY=$(command -v python3)
+PY=${PYTHON:-$(command -v python3)}
+"$PY" -c 'import torch' 2>/dev/null || { log "$PY has no torch: set PYTHON to the python that has it"; exit 2; }
 torch_prefix=$("$PY" -c 'import torch; print(torch.utils.cmake_prefix_path)')
 log "torch $("$PY" -c 'import torch; print(torch.__version__, torch.cuda.get_device_name(0))')"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >>"$out/gpu_check.log" 2>&1

@@ -24,6 +24,7 @@ struct DataConfig {
 
 struct ModelConfig {
   std::string name;
+  std::string init_from;
   std::vector<int64_t> hidden;
   std::string activation;
   double dropout;

@@ -62,8 +62,14 @@ struct ValueTraits<double> {
       expected("a finite number", n);
     return v;
   }
-  // Shortest form that reads back to the same double ("0.1", not "0.10000000000000001").
-  static YAML::Node emit(double v) { return YAML::Node(fmt::format("{}", v)); }
+  // Shortest form that reads back to the same double ("0.1", not "0.10000000000000001"), with a
+  // '.' in the mantissa ("1.0e-08") so that YAML 1.1 readers such as PyYAML see a float too.
+  static YAML::Node emit(double v) {
+    std::string s = fmt::format("{}", v);
+    auto e = s.find('e');
+    if (e != std::string::npos && s.find('.') == std::string::npos) s.insert(e, ".0");
+    return YAML::Node(s);
+  }
 };
 
 template <>
@@ -161,6 +167,10 @@ std::vector<Option> buildSchema() {
       LT_OPT(data.synthetic_classes, "synthetic: number of classes", int64_t{10}).atLeast(2),
 
       LT_OPT(model.name, "Model family", S("mlp")).oneOf({"mlp", "cnn"}),
+      LT_OPT(model.init_from,
+             "Initial weights from a .safetensors file with PyTorch's parameter names; empty: "
+             "seeded init",
+             S("")),
       LT_OPT(model.hidden, "mlp: hidden layer sizes", IntList{256, 128, 100})
           .atLeast(1)
           .forModel("mlp"),

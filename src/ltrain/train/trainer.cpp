@@ -17,6 +17,7 @@
 #include "ltrain/dist/ddp.h"
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
+#include "ltrain/io/safetensors.h"
 #include "ltrain/models/model.h"
 #include "ltrain/train/checkpoint.h"
 #include "ltrain/train/metrics.h"
@@ -102,6 +103,7 @@ class Loop {
     splits_ = data::loadDataset(cfg_.data, static_cast<uint64_t>(cfg_.seed));
     torch::manual_seed(static_cast<uint64_t>(cfg_.seed));
     model_ = models::build(cfg_.model, splits_.train.exampleShape(), splits_.train.num_classes);
+    if (!cfg_.model.init_from.empty()) io::loadModuleState(*model_, cfg_.model.init_from);
     optimizer_ = makeOptimizer(cfg_.optimizer, model_->parameters());
     sampler_ = std::make_unique<data::DistributedSampler>(
         splits_.train.size(), rt_.world_size, rt_.rank, cfg_.data.shuffle, cfg_.seed, false);
@@ -312,6 +314,9 @@ class Loop {
     last_ckpt_step_ = state_.step;
     if (!rt_.isMain()) return;
     saveCheckpoint(checkpointPath(run_.checkpoints(), state_.step), *model_, *optimizer_, state_);
+    // The newest weights, readable by Python (safetensors or torch) under PyTorch's names.
+    io::saveSafetensors(run_.path + "/model.safetensors", io::moduleState(*model_),
+                        {{"step", std::to_string(state_.step)}, {"format", "pt"}});
   }
 
   void writeSummary(const std::string& status, double wall_s, double samples_per_s,

@@ -1,0 +1,246 @@
+"""The Python reference for ltrain: the same config, model, data, data order, optimizer, schedule
+and loop, with torch.nn.parallel.DistributedDataParallel under torchrun (Gloo on CPU, NCCL on GPU).
+
+  torchrun --nproc-per-node 2 bench/reference/train_ref.py CONFIG.yaml [KEY=VALUE ...] \\
+      --ltrain build/ltrain --out DIR [--init W.safetensors] [--save-init W.safetensors]
+
+The config is resolved by `ltrain config`, so defaults and overrides mean exactly what they mean to
+ltrain. Rank 0 writes DIR/metrics.jsonl (one train record per log_every steps, loss averaged over
+ranks, as ltrain's), DIR/summary.json and DIR/model.safetensors (final weights).
+"""
+import argparse
+import contextlib
+import gzip
+import json
+import math
+import os
+import struct
+import subprocess
+import time
+
+import numpy as np
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+import yaml
+from safetensors.torch import load_file, save_file
+from torch.utils.data import DistributedSampler
+
+FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}
+
+
+def read_idx(path):
+    with (gzip.open if path.endswith(".gz") else open)(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = struct.unpack(">" + "I" * ndim, data[4:4 + 4 * ndim])
+    return torch.from_numpy(np.frombuffer(data, np.uint8, offset=4 + 4 * ndim).reshape(dims).copy())
+
+
+def idx_file(directory, stem):
+    for ext in (".gz", ""):
+        if os.path.exists(os.path.join(directory, stem + ext)):
+            return os.path.join(directory, stem + ext)
+    raise FileNotFoundError(os.path.join(directory, stem + ".gz"))
+
+
+class Split:
+    def __init__(self, inputs, targets, mean=0.0, std=1.0):
+        self.inputs, self.targets, self.mean, self.std = inputs, targets, mean, std
+
+    def batch(self, idx):
+        """As ltrain's loader: gather, then (x/255 - mean)/std folded into one multiply-add in float32."""
+        idx = torch.as_tensor(idx, dtype=torch.long)
+        x = self.inputs.index_select(0, idx)
+        if x.dtype == torch.uint8:
+            scale = np.float32(1.0) / (np.float32(255.0) * np.float32(self.std))
+            shift = -np.float32(self.mean) / np.float32(self.std)
+            x = x.float().mul_(float(scale)).add_(float(shift))
+        return x, self.targets.index_select(0, idx)
+
+
+def load_data(cfg, seed):
+    d = cfg["data"]
+    if d["dataset"] == "synthetic":
+        g = torch.Generator()
+        g.manual_seed(seed)
+        shape, k = d["synthetic_shape"], d["synthetic_classes"]
+        n_train, n_test = d["synthetic_train_samples"], d["synthetic_test_samples"]
+        protos = torch.randn(k, *shape, generator=g)
+        targets = torch.randint(k, (n_train + n_test,), generator=g)
+        inputs = protos.index_select(0, targets) + 1.5 * torch.randn(n_train + n_test, *shape, generator=g)
+        return (Split(inputs[:n_train].clone(), targets[:n_train].clone()),
+                Split(inputs[n_train:].clone(), targets[n_train:].clone()))
+    directory = d["path"] or FASHION_MNIST
+    mean, std = (0.2860, 0.3530) if d["dataset"] == "fashion_mnist" else (0.1307, 0.3081)
+    out = []
+    for prefix in ("train", "t10k"):
+        images = read_idx(idx_file(directory, prefix + "-images-idx3-ubyte"))
+        labels = read_idx(idx_file(directory, prefix + "-labels-idx1-ubyte")).long()
+        out.append(Split(images.unsqueeze(1).contiguous(), labels, mean, std))
+    return out[0], out[1]
+
+
+class Model(nn.Module):
+    """ltrain's models, layer for layer, so parameter names ("layers.1.weight") match."""
+
+    def __init__(self, m, shape, classes):
+        super().__init__()
+        act = ACTIVATIONS[m["activation"]]
+        layers = []
+        if m["name"] == "mlp":
+            layers.append(nn.Flatten())
+            width = math.prod(shape)
+            for h in m["hidden"]:
+                layers += [nn.Linear(width, h), act()] + ([nn.Dropout(m["dropout"])] if m["dropout"] > 0 else [])
+                width = h
+        else:
+            c, h, w = shape
+            for out in m["channels"]:
+                k = m["kernel_size"]
+                layers.append(nn.Conv2d(c, out, k, padding=k // 2, bias=not m["batch_norm"]))
+                if m["batch_norm"]:
+                    layers.append(nn.BatchNorm2d(out))
+                layers.append(act())
+                if m["pool"] != "none":
+                    layers.append(nn.MaxPool2d(2) if m["pool"] == "max" else nn.AvgPool2d(2))
+                    h, w = h // 2, w // 2
+                c = out
+            layers.append(nn.Flatten())
+            width = c * h * w
+            for f in m["fc"]:
+                layers += [nn.Linear(width, f), act()] + ([nn.Dropout(m["dropout"])] if m["dropout"] > 0 else [])
+                width = f
+        layers.append(nn.Linear(width, classes))
+        self.layers = nn.Sequential(*layers)
+
+    def forward(self, x):
+        return self.layers(x)
+
+
+def learning_rate(opt, s, step, total):
+    """ltrain's schedule (src/ltrain/train/schedule.cpp)."""
+    peak = opt["lr"]
+    if step < s["warmup_steps"]:
+        return peak * (step + 1) / s["warmup_steps"]
+    after = step - s["warmup_steps"]
+    span = max(1, total - s["warmup_steps"] - 1)
+    t = min(1.0, after / span)
+    if s["name"] == "step":
+        return peak * s["gamma"] ** (after // s["step_size"])
+    if s["name"] == "cosine":
+        return s["min_lr"] + (peak - s["min_lr"]) * 0.5 * (1.0 + math.cos(math.pi * t))
+    if s["name"] == "linear":
+        return peak + (s["min_lr"] - peak) * t
+    return peak
+
+
+def make_optimizer(o, params):
+    o = dict(o, lr=float(o["lr"]), eps=float(o["eps"]), weight_decay=float(o["weight_decay"]),
+             momentum=float(o["momentum"]), betas=[float(b) for b in o["betas"]])
+    if o["name"] == "adam":
+        return torch.optim.Adam(params, lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"], weight_decay=o["weight_decay"])
+    if o["name"] == "adamw":
+        return torch.optim.AdamW(params, lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"], weight_decay=o["weight_decay"])
+    return torch.optim.SGD(params, lr=o["lr"], momentum=o["momentum"], nesterov=o["nesterov"],
+                           weight_decay=o["weight_decay"])
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("config")
+    ap.add_argument("overrides", nargs="*")
+    ap.add_argument("--ltrain", default="build/ltrain")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--init", help="initial weights (.safetensors)")
+    ap.add_argument("--save-init", help="write the seeded initial weights here and exit")
+    args = ap.parse_args()
+    start = time.time()
+    cfg = yaml.safe_load(subprocess.check_output([args.ltrain, "config", args.config, *args.overrides]))
+    if cfg["train"]["threads"] > 0:
+        torch.set_num_threads(cfg["train"]["threads"])
+
+    world, rank = int(os.environ.get("WORLD_SIZE", 1)), int(os.environ.get("RANK", 0))
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available() else torch.device("cpu")
+    train, test = load_data(cfg, cfg["seed"])
+    torch.manual_seed(cfg["seed"])
+    model = Model(cfg["model"], list(train.inputs.shape[1:]), 10 if cfg["data"]["dataset"] != "synthetic"
+                  else cfg["data"]["synthetic_classes"])
+    if args.save_init:
+        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, args.save_init)
+        return
+    if args.init:
+        model.load_state_dict(load_file(args.init))
+    model.to(device)
+    if world > 1:
+        dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cfg["dist"]["bucket_cap_mb"],
+                                                    find_unused_parameters=cfg["dist"]["find_unused_parameters"])
+    opt = make_optimizer(cfg["optimizer"], model.parameters())
+
+    d, t = cfg["data"], cfg["train"]
+    sampler = DistributedSampler(range(len(train.targets)), num_replicas=world, rank=rank, shuffle=d["shuffle"],
+                                 seed=cfg["seed"], drop_last=False)
+    n = len(sampler)
+    batches = n // d["batch_size"] if d["drop_last"] else -(-n // d["batch_size"])
+    total = t["epochs"] * -(-batches // t["grad_accum"])
+    if t["max_steps"] > 0:
+        total = min(total, t["max_steps"])
+    os.makedirs(args.out, exist_ok=True)
+    metrics = open(os.path.join(args.out, "metrics.jsonl"), "w") if rank == 0 else None
+    step, window, window_n, samples, t_train = 0, 0.0, 0, 0, 0.0
+    for epoch in range(t["epochs"]):
+        if step >= total:
+            break
+        sampler.set_epoch(epoch)
+        idx = list(sampler)
+        b = 0
+        t0 = time.time()
+        while step < total and b < batches:
+            k = min(t["grad_accum"], batches - b)
+            for g in opt.param_groups:
+                g["lr"] = learning_rate(cfg["optimizer"], cfg["scheduler"], step, total)
+            opt.zero_grad()
+            step_loss = 0.0
+            for i in range(k):
+                x, y = train.batch(idx[(b + i) * d["batch_size"]:(b + i + 1) * d["batch_size"]])
+                x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+                sync = i == k - 1
+                ctx = model.no_sync() if (world > 1 and not sync) else contextlib.nullcontext()
+                with ctx:
+                    loss = F.cross_entropy(model(x), y)
+                    (loss / k).backward()
+                step_loss += loss.item() / k
+                samples += len(y) * world
+            if t["clip_grad_norm"] > 0:
+                nn.utils.clip_grad_norm_(model.parameters(), t["clip_grad_norm"])
+            opt.step()
+            step += 1
+            b += k
+            window += step_loss
+            window_n += 1
+            if step % t["log_every"] == 0 or step == total:
+                mean = torch.tensor([window / window_n], dtype=torch.float64)
+                if world > 1:
+                    dist.all_reduce(mean)
+                    mean /= world
+                if metrics:
+                    metrics.write(json.dumps({"step": step, "epoch": epoch, "split": "train", "loss": mean.item()}) + "\n")
+                    metrics.flush()
+                window, window_n = 0.0, 0
+        t_train += time.time() - t0
+    if rank == 0:
+        net = model.module if world > 1 else model
+        save_file({k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()},
+                  os.path.join(args.out, "model.safetensors"))
+        with open(os.path.join(args.out, "summary.json"), "w") as f:
+            json.dump({"status": "completed", "steps": step, "wall_s": time.time() - start,
+                       "samples_per_s": samples / t_train if t_train else 0, "world_size": world}, f)
+    if world > 1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

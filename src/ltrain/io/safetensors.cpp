@@ -1,0 +1,179 @@
+#include "ltrain/io/safetensors.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+#include <yaml-cpp/yaml.h>
+
+#include <fstream>
+
+#include "ltrain/common/errors.h"
+#include "ltrain/io/files.h"
+#include "ltrain/io/json.h"
+
+namespace ltrain::io {
+namespace {
+
+const std::vector<std::pair<std::string, torch::ScalarType>>& dtypes() {
+  static const std::vector<std::pair<std::string, torch::ScalarType>> table{
+      {"F64", torch::kDouble},    {"F32", torch::kFloat}, {"F16", torch::kHalf},
+      {"BF16", torch::kBFloat16}, {"I64", torch::kLong},  {"I32", torch::kInt},
+      {"I16", torch::kShort},     {"I8", torch::kChar},   {"U8", torch::kByte},
+      {"BOOL", torch::kBool}};
+  return table;
+}
+
+std::string dtypeName(torch::ScalarType t) {
+  for (const auto& [name, type] : dtypes())
+    if (type == t) return name;
+  throw std::runtime_error(fmt::format("safetensors: no dtype name for {}", c10::toString(t)));
+}
+
+}  // namespace
+
+void saveSafetensors(const std::string& path, const NamedTensors& tensors,
+                     const std::map<std::string, std::string>& metadata) {
+  std::string header = "{";
+  if (!metadata.empty()) {
+    JsonObject meta;
+    for (const auto& [k, v] : metadata) meta.add(k, v);
+    header += "\"__metadata__\": " + meta.str();
+  }
+  std::vector<torch::Tensor> data;
+  int64_t offset = 0;
+  for (const auto& [name, t] : tensors) {
+    auto c = t.detach().to(torch::kCPU).contiguous();
+    const int64_t bytes = c.numel() * static_cast<int64_t>(c.element_size());
+    std::string shape;
+    for (auto d : c.sizes()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
+    if (header.size() > 1) header += ", ";
+    header += fmt::format("{}: {{\"dtype\": \"{}\", \"shape\": [{}], \"data_offsets\": [{}, {}]}}",
+                          JsonObject::quote(name), dtypeName(c.scalar_type()), shape, offset,
+                          offset + bytes);
+    offset += bytes;
+    data.push_back(c);
+  }
+  header += "}";
+  while (header.size() % 8) header += ' ';  // the format's alignment convention
+  std::string out;
+  out.reserve(8 + header.size() + offset);
+  uint64_t n = header.size();
+  for (int i = 0; i < 8; ++i) out += static_cast<char>((n >> (8 * i)) & 0xff);
+  out += header;
+  for (const auto& c : data)
+    out.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
+  writeFileAtomic(path, out);
+}
+
+std::map<std::string, torch::Tensor> loadSafetensors(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw UsageError(fmt::format("safetensors file '{}' not found or unreadable", path));
+  in.seekg(0, std::ios::end);
+  const uint64_t size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
+  unsigned char len[8];
+  if (size < 8 || !in.read(reinterpret_cast<char*>(len), 8))
+    throw UsageError(
+        fmt::format("safetensors file '{}' is truncated: no 8-byte header length", path));
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
+  if (n > size - 8 || n > (100u << 20))
+    throw UsageError(
+        fmt::format("safetensors file '{}': header length {} exceeds the file", path, n));
+  std::string header(n, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(n));
+  YAML::Node root;
+  try {
+    root = YAML::Load(header);  // JSON is YAML's flow syntax
+  } catch (const YAML::Exception& e) {
+    throw UsageError(
+        fmt::format("safetensors file '{}': the header is not valid JSON ({})", path, e.msg));
+  }
+  if (!root.IsMap())
+    throw UsageError(fmt::format("safetensors file '{}': the header is not a JSON object", path));
+  const uint64_t data_size = size - 8 - n;
+  std::string data(data_size, '\0');
+  in.read(data.data(), static_cast<std::streamsize>(data_size));
+
+  std::map<std::string, torch::Tensor> out;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string name = it->first.as<std::string>();
+    if (name == "__metadata__") continue;
+    const auto& e = it->second;
+    auto bad = [&](const std::string& what) {
+      return UsageError(fmt::format("safetensors file '{}': tensor '{}' {}", path, name, what));
+    };
+    if (!e.IsMap() || !e["dtype"] || !e["shape"] || !e["data_offsets"] ||
+        !e["shape"].IsSequence() || !e["data_offsets"].IsSequence() ||
+        e["data_offsets"].size() != 2)
+      throw bad("needs dtype, shape and data_offsets [begin, end]");
+    torch::ScalarType type{};
+    bool known = false;
+    for (const auto& [dn, t] : dtypes())
+      if (dn == e["dtype"].as<std::string>()) type = t, known = true;
+    if (!known) throw bad(fmt::format("has an unknown dtype '{}'", e["dtype"].as<std::string>()));
+    std::vector<int64_t> shape;
+    int64_t numel = 1;
+    try {
+      for (const auto& d : e["shape"]) shape.push_back(d.as<int64_t>()), numel *= shape.back();
+    } catch (const YAML::Exception&) {
+      throw bad("has a shape that is not a list of integers");
+    }
+    uint64_t begin, end;
+    try {
+      begin = e["data_offsets"][0].as<uint64_t>(), end = e["data_offsets"][1].as<uint64_t>();
+    } catch (const YAML::Exception&) {
+      throw bad("has data_offsets that are not integers");
+    }
+    const uint64_t expect = static_cast<uint64_t>(numel) * c10::elementSize(type);
+    if (end < begin || end - begin != expect)
+      throw bad(fmt::format("has data_offsets [{}, {}] for {} bytes of data", begin, end, expect));
+    if (end > data_size)
+      throw bad(fmt::format("runs past the end of the file ({} > {} bytes of data): truncated?",
+                            end, data_size));
+    ranges.emplace_back(begin, end);
+    out[name] =
+        torch::from_blob(data.data() + begin, shape, torch::TensorOptions().dtype(type)).clone();
+  }
+  std::sort(ranges.begin(), ranges.end());
+  for (size_t i = 1; i < ranges.size(); ++i)
+    if (ranges[i].first < ranges[i - 1].second)
+      throw UsageError(
+          fmt::format("safetensors file '{}': tensors overlap in the data section", path));
+  return out;
+}
+
+NamedTensors moduleState(const torch::nn::Module& m) {
+  NamedTensors out;
+  for (const auto& p : m.named_parameters()) out.emplace_back(p.key(), p.value());
+  for (const auto& b : m.named_buffers()) out.emplace_back(b.key(), b.value());
+  return out;
+}
+
+void loadModuleState(torch::nn::Module& m, const std::string& path) {
+  auto file = loadSafetensors(path);
+  torch::NoGradGuard no_grad;
+  size_t used = 0;
+  for (auto& [name, t] : moduleState(m)) {
+    auto it = file.find(name);
+    if (it == file.end())
+      throw UsageError(
+          fmt::format("safetensors file '{}' has no tensor '{}' that the model needs", path, name));
+    if (it->second.sizes() != t.sizes())
+      throw UsageError(
+          fmt::format("safetensors file '{}': tensor '{}' has shape {}, the model expects {}", path,
+                      name, fmt::join(it->second.sizes(), "x"), fmt::join(t.sizes(), "x")));
+    t.copy_(it->second);
+    ++used;
+  }
+  if (used != file.size())
+    for (const auto& [name, t] : file) {
+      bool known = false;
+      for (auto& [n, _] : moduleState(m)) known = known || n == name;
+      if (!known)
+        throw UsageError(fmt::format(
+            "safetensors file '{}' has tensor '{}' that the model does not have", path, name));
+    }
+}
+
+}  // namespace ltrain::io
