@@ -193,3 +193,22 @@ TEST_CASE("the quickstart trains on Fashion-MNIST to a useful accuracy", "[data]
   CHECK(summary["test_accuracy"].as<double>() >= 0.86);
   CHECK(summary["steps"].as<int>() == 3 * 469);
 }
+
+TEST_CASE("bf16 and fp16 autocast train on the CPU; fp16 reports its loss scale") {
+  for (std::string precision : {"bf16", "fp16"}) {
+    TempDir dir;
+    writeText(dir / "c.yaml", "name: t\n");
+    auto r = runLtrain(
+        synthetic(dir / "c.yaml", dir / "run", {"train.epochs=2", "train.precision=" + precision}));
+    INFO(precision << "\n" << r.err);
+    REQUIRE(r.exit_code == 0);
+    auto summary = json(dir / "run/summary.json");
+    CHECK(summary["test_accuracy"].as<double>() > 0.5);
+    const auto metrics = readText(dir / "run/metrics.jsonl");
+    CHECK_THAT(metrics, Contains("data_wait_share"));
+    if (precision == "fp16") {
+      CHECK_THAT(metrics, Contains("\"loss_scale\": 65536"));
+      CHECK(summary["skipped_steps"].as<int>() == 0);
+    }
+  }
+}

@@ -220,8 +220,11 @@ std::vector<Option> buildSchema() {
       LT_OPT(train.grad_accum, "Micro-batches accumulated per optimizer step", int64_t{1})
           .atLeast(1),
       LT_OPT(train.clip_grad_norm, "Clip the global gradient norm to this; 0: off", 0.0).atLeast(0),
-      LT_OPT(train.precision, "Compute precision (bf16: autocast)", S("fp32"))
-          .oneOf({"fp32", "bf16"}),
+      LT_OPT(
+          train.precision,
+          "Compute precision: fp32, or autocast to bf16 or fp16 (fp16 with dynamic loss scaling)",
+          S("fp32"))
+          .oneOf({"fp32", "bf16", "fp16"}),
       LT_OPT(train.log_every, "Optimizer steps between training log lines", int64_t{50}).atLeast(1),
       LT_OPT(train.eval_every, "Optimizer steps between evaluations; 0: at the end of each epoch",
              int64_t{0})

@@ -7,7 +7,7 @@ extern "C" void omp_set_num_threads(int) __attribute__((weak));
 
 namespace ltrain::data {
 
-Batch makeBatch(const Dataset& ds, const int64_t* indices, int64_t count) {
+Batch makeBatch(const Dataset& ds, const int64_t* indices, int64_t count, bool pin) {
   torch::NoGradGuard no_grad;
   auto idx = torch::from_blob(const_cast<int64_t*>(indices), {count}, torch::kLong);
   Batch b;
@@ -20,18 +20,20 @@ Batch makeBatch(const Dataset& ds, const int64_t* indices, int64_t count) {
   } else if (ds.mean != 0.f || ds.std != 1.f) {
     x = (x - ds.mean) / ds.std;
   }
-  b.inputs = x;
+  b.inputs = pin ? x.pin_memory() : x;
+  if (pin) b.targets = b.targets.pin_memory();
   return b;
 }
 
 Loader::Loader(const Dataset& ds, std::vector<int64_t> indices, int64_t batch_size, bool drop_last,
-               int64_t num_workers, int64_t prefetch, int64_t first_batch)
+               int64_t num_workers, int64_t prefetch, int64_t first_batch, bool pin_memory)
     : ds_(ds),
       indices_(std::move(indices)),
       batch_size_(batch_size),
       num_batches_(batchesPerEpoch(static_cast<int64_t>(indices_.size()), batch_size, drop_last)),
       prefetch_(prefetch),
-      next_batch_(first_batch) {
+      next_batch_(first_batch),
+      pin_(pin_memory) {
   for (int64_t w = 0; w < num_workers; ++w) workers_.push_back(std::make_unique<Worker>());
   for (size_t w = 0; w < workers_.size(); ++w)
     workers_[w]->thread = std::thread([this, w] { work(w); });
@@ -52,7 +54,7 @@ Batch Loader::build(int64_t b) const {
   const int64_t start = b * batch_size_;
   const int64_t count =
       std::min<int64_t>(batch_size_, static_cast<int64_t>(indices_.size()) - start);
-  return makeBatch(ds_, indices_.data() + start, count);
+  return makeBatch(ds_, indices_.data() + start, count, pin_);
 }
 
 void Loader::work(size_t w) {

@@ -19,15 +19,16 @@ struct Batch {
   torch::Tensor targets;  // int64
 };
 
-// Gathers the examples at `indices` into a normalised float batch.
-Batch makeBatch(const Dataset& ds, const int64_t* indices, int64_t count);
+// Gathers the examples at `indices` into a normalised float batch; with `pin`, in page-locked
+// memory so that the copy to the GPU can be asynchronous.
+Batch makeBatch(const Dataset& ds, const int64_t* indices, int64_t count, bool pin = false);
 
 class Loader {
  public:
   // Yields batches [first_batch, numBatches()) of `indices` in order. num_workers == 0 builds each
   // batch on the calling thread; otherwise batch b is built by worker b % num_workers.
   Loader(const Dataset& ds, std::vector<int64_t> indices, int64_t batch_size, bool drop_last,
-         int64_t num_workers, int64_t prefetch, int64_t first_batch = 0);
+         int64_t num_workers, int64_t prefetch, int64_t first_batch = 0, bool pin_memory = false);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -48,6 +49,7 @@ class Loader {
   const Dataset& ds_;
   std::vector<int64_t> indices_;
   int64_t batch_size_, num_batches_, prefetch_, next_batch_;
+  bool pin_;
   std::vector<std::unique_ptr<Worker>> workers_;
   bool stop_ = false;  // guarded by each worker's mutex when read there
 };

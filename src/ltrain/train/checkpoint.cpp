@@ -52,6 +52,9 @@ void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::op
   ar.write("epoch", torch::tensor(s.epoch));
   ar.write("batch_in_epoch", torch::tensor(s.batch_in_epoch));
   ar.write("samples", torch::tensor(s.samples));
+  ar.write("loss_scale", torch::tensor(s.loss_scale, torch::kDouble));
+  ar.write("scale_growth_tracker", torch::tensor(s.scale_growth_tracker));
+  ar.write("skipped_steps", torch::tensor(s.skipped_steps));
   {
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
@@ -79,6 +82,11 @@ LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
     s.epoch = readInt(ar, "epoch");
     s.batch_in_epoch = readInt(ar, "batch_in_epoch");
     s.samples = readInt(ar, "samples");
+    torch::Tensor scale;
+    ar.read("loss_scale", scale);
+    s.loss_scale = scale.item<double>();
+    s.scale_growth_tracker = readInt(ar, "scale_growth_tracker");
+    s.skipped_steps = readInt(ar, "skipped_steps");
     torch::Tensor rng;
     ar.read("rng_cpu", rng);
     auto gen = at::detail::getDefaultCPUGenerator();

@@ -14,6 +14,9 @@ struct LoopState {
   int64_t epoch = 0;           // current epoch (0-based)
   int64_t batch_in_epoch = 0;  // micro-batches of `epoch` already consumed
   int64_t samples = 0;         // training examples seen, all ranks together
+  double loss_scale = 0;       // fp16's dynamic loss scale (0: not used)
+  int64_t scale_growth_tracker = 0;
+  int64_t skipped_steps = 0;  // steps skipped for inf/nan gradients
 };
 
 // Written atomically: a crash or a full disk leaves the previous checkpoint as it was.

@@ -9,11 +9,11 @@ namespace ltrain::train {
 class AutocastScope {
  public:
   AutocastScope(const std::string& precision, c10::DeviceType device)
-      : device_(device), on_(precision == "bf16") {
+      : device_(device), on_(precision == "bf16" || precision == "fp16") {
     if (!on_) return;
     prev_enabled_ = at::autocast::is_autocast_enabled(device_);
     prev_dtype_ = at::autocast::get_autocast_dtype(device_);
-    at::autocast::set_autocast_dtype(device_, at::kBFloat16);
+    at::autocast::set_autocast_dtype(device_, precision == "fp16" ? at::kHalf : at::kBFloat16);
     at::autocast::set_autocast_enabled(device_, true);
   }
   ~AutocastScope() {

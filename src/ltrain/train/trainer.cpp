@@ -20,6 +20,7 @@
 #include "ltrain/io/safetensors.h"
 #include "ltrain/models/model.h"
 #include "ltrain/train/checkpoint.h"
+#include "ltrain/train/grad_scaler.h"
 #include "ltrain/train/metrics.h"
 #include "ltrain/train/optimizer.h"
 #include "ltrain/train/precision.h"
@@ -84,7 +85,7 @@ bool faultAt(int64_t step, const dist::Runtime& rt) {
 // What one logging window accumulates between two train reports.
 struct Window {
   Clock::time_point start = Clock::now();
-  double loss = 0, comm_wait_s = 0;
+  double loss = 0, comm_wait_s = 0, data_wait_s = 0;
   int64_t steps = 0, samples = 0, allreduce_calls = 0;
 };
 
@@ -129,6 +130,8 @@ class Loop {
     }
     if (run_.resume_from) {
       state_ = loadCheckpoint(*run_.resume_from, *model_, *optimizer_);
+      if (scaler_.enabled() && state_.loss_scale > 0)
+        scaler_.restore(state_.loss_scale, state_.scale_growth_tracker);
       if (rt_.isMain())
         spdlog::info("resuming from {} (step {}, epoch {})", *run_.resume_from, state_.step,
                      state_.epoch + 1);
@@ -199,7 +202,9 @@ class Loop {
     torch::Tensor step_loss = torch::zeros({}, device_);
     data::Batch b;
     for (int64_t i = 0; i < k; ++i) {
+      const auto wait_start = Clock::now();
       if (!loader.next(b)) throw std::runtime_error("loader ended before the epoch's last batch");
+      w.data_wait_s += secondsSince(wait_start);
       const bool sync = i == k - 1;  // earlier micro-batches accumulate locally (no_sync)
       if (ddp_) {
         ddp_->prepareBackward(sync);
@@ -211,7 +216,7 @@ class Loop {
         AutocastScope autocast(cfg_.train.precision, device_.type());
         loss = torch::nn::functional::cross_entropy(model_->forward(x).to(torch::kFloat), y);
       }
-      (loss / k).backward();
+      (scaler_.enabled() ? loss * (scaler_.scale() / k) : loss / k).backward();
       if (ddp_ && sync) ddp_->finishBackward();
       step_loss += loss.detach() / k;
       samples += b.targets.size(0);
@@ -219,6 +224,12 @@ class Loop {
     if (ddp_) {
       w.allreduce_calls += ddp_->lastStep().allreduce_calls;
       for (double s : ddp_->lastStep().bucket_wait_s) w.comm_wait_s += s;
+    }
+    // Gradients are identical on every rank after the reduction, so every rank skips the same
+    // steps.
+    if (scaler_.enabled() && !scaler_.unscaleAndUpdate(model_->parameters())) {
+      ++state_.skipped_steps;
+      return step_loss.item<double>();
     }
     if (cfg_.train.clip_grad_norm > 0)
       torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.train.clip_grad_norm);
@@ -230,7 +241,8 @@ class Loop {
     sampler_->setEpoch(state_.epoch);
     data::Loader loader(splits_.train, sampler_->indices(), cfg_.data.batch_size,
                         cfg_.data.drop_last, cfg_.data.num_workers, cfg_.data.prefetch,
-                        state_.batch_in_epoch);
+                        state_.batch_in_epoch,
+                        /*pin_memory=*/device_.is_cuda());
     if (state_.batch_in_epoch == 0) epoch_loss_sum_ = 0, epoch_loss_count_ = 0;
     model_->train();
     Window w;
@@ -288,6 +300,10 @@ class Loop {
         .add("lr", lr)
         .add("samples_per_s", samples_per_s)
         .add("wall_time", wallTime());
+    j.add("data_wait_ms_per_step", 1000.0 * w.data_wait_s / w.steps)
+        .add("data_wait_share", secs > 0 ? w.data_wait_s / secs : 0.0);
+    if (scaler_.enabled())
+      j.add("loss_scale", scaler_.scale()).add("skipped_steps", state_.skipped_steps);
     if (ddp_)
       j.add("allreduce_per_step", static_cast<double>(w.allreduce_calls) / w.steps)
           .add("comm_wait_ms_per_step", 1000.0 * w.comm_wait_s / w.steps);
@@ -313,6 +329,8 @@ class Loop {
   void checkpoint() {
     last_ckpt_step_ = state_.step;
     if (!rt_.isMain()) return;
+    state_.loss_scale = scaler_.enabled() ? scaler_.scale() : 0;
+    state_.scale_growth_tracker = scaler_.growthTracker();
     saveCheckpoint(checkpointPath(run_.checkpoints(), state_.step), *model_, *optimizer_, state_);
     // The newest weights, readable by Python (safetensors or torch) under PyTorch's names.
     io::saveSafetensors(run_.path + "/model.safetensors", io::moduleState(*model_),
@@ -331,7 +349,8 @@ class Loop {
         .add("epochs", state_.epoch)
         .add("wall_s", wall_s)
         .add("samples_per_s", samples_per_s)
-        .add("world_size", rt_.world_size);
+        .add("world_size", rt_.world_size)
+        .add("skipped_steps", state_.skipped_steps);
     if (!error.empty()) j.add("error", error);
     io::writeFileAtomic(run_.summary(), j.str() + "\n");
   }
@@ -342,6 +361,7 @@ class Loop {
   std::shared_ptr<dist::Comm> comm_;
   std::unique_ptr<dist::DistributedDataParallel> ddp_;
   bool has_buffers_ = false;
+  GradScaler scaler_{cfg_.train.precision == "fp16"};
   data::Splits splits_;
   models::Classifier model_{nullptr};
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

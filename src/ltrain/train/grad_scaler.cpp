@@ -1,0 +1,29 @@
+#include "ltrain/train/grad_scaler.h"
+
+#include <torch/torch.h>
+
+namespace ltrain::train {
+
+bool GradScaler::unscaleAndUpdate(const std::vector<torch::Tensor>& params) {
+  torch::NoGradGuard no_grad;
+  const double inv = 1.0 / scale_;
+  // One reduction for all gradients: the finiteness test is a single sync, not one per tensor.
+  std::vector<torch::Tensor> flags;
+  for (const auto& p : params) {
+    if (!p.grad().defined()) continue;
+    auto& g = const_cast<torch::Tensor&>(p.grad());
+    g.mul_(inv);
+    flags.push_back(torch::isfinite(g).all());
+  }
+  const bool finite = flags.empty() || torch::stack(flags).all().item<bool>();
+  if (!finite) {
+    scale_ *= backoff_;
+    tracker_ = 0;
+  } else if (++tracker_ >= interval_) {
+    scale_ *= growth_;
+    tracker_ = 0;
+  }
+  return finite;
+}
+
+}  // namespace ltrain::train
