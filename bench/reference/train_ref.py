@@ -14,7 +14,9 @@ import gzip
 import json
 import math
 import os
+import resource
 import struct
+import sys
 import subprocess
 import time
 
@@ -148,6 +150,24 @@ def make_optimizer(o, params):
                            weight_decay=o["weight_decay"])
 
 
+def evaluate(model, split, batch_size, rank, world, device):
+    """As ltrain: each rank a contiguous shard of the test set, sums reduced over ranks."""
+    model.eval()
+    n = len(split.targets)
+    begin, end = n * rank // world, n * (rank + 1) // world
+    sums = torch.zeros(2, dtype=torch.float64)
+    with torch.no_grad():
+        for s in range(begin, end, batch_size):
+            x, y = split.batch(list(range(s, min(s + batch_size, end))))
+            out = model(x.to(device)).float()
+            sums[0] += F.cross_entropy(out, y.to(device), reduction="sum").item()
+            sums[1] += (out.argmax(1) == y.to(device)).sum().item()
+    if world > 1:
+        dist.all_reduce(sums)
+    model.train()
+    return sums[0].item() / n, sums[1].item() / n
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("config")
@@ -191,6 +211,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     metrics = open(os.path.join(args.out, "metrics.jsonl"), "w") if rank == 0 else None
     step, window, window_n, samples, t_train = 0, 0.0, 0, 0, 0.0
+    first_step_wall_time, w_start, w_samples, w_wait = 0.0, time.time(), 0, 0.0
     for epoch in range(t["epochs"]):
         if step >= total:
             break
@@ -205,7 +226,9 @@ def main():
             opt.zero_grad()
             step_loss = 0.0
             for i in range(k):
+                t_wait = time.time()
                 x, y = train.batch(idx[(b + i) * d["batch_size"]:(b + i + 1) * d["batch_size"]])
+                w_wait += time.time() - t_wait
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
                 sync = i == k - 1
                 ctx = model.no_sync() if (world > 1 and not sync) else contextlib.nullcontext()
@@ -214,10 +237,13 @@ def main():
                     (loss / k).backward()
                 step_loss += loss.item() / k
                 samples += len(y) * world
+                w_samples += len(y) * world
             if t["clip_grad_norm"] > 0:
                 nn.utils.clip_grad_norm_(model.parameters(), t["clip_grad_norm"])
             opt.step()
             step += 1
+            if not first_step_wall_time:
+                first_step_wall_time = time.time()
             b += k
             window += step_loss
             window_n += 1
@@ -226,21 +252,37 @@ def main():
                 if world > 1:
                     dist.all_reduce(mean)
                     mean /= world
+                secs = time.time() - w_start
                 if metrics:
-                    metrics.write(json.dumps({"step": step, "epoch": epoch, "split": "train", "loss": mean.item()}) + "\n")
+                    metrics.write(json.dumps({"step": step, "epoch": epoch, "split": "train", "loss": mean.item(),
+                                              "samples_per_s": w_samples / secs, "data_wait_share": w_wait / secs,
+                                              "wall_time": time.time()}) + "\n")
                     metrics.flush()
                 window, window_n = 0.0, 0
+                w_start, w_samples, w_wait = time.time(), 0, 0.0
         t_train += time.time() - t0
+    test_loss, test_acc = evaluate(model, test, d["eval_batch_size"], rank, world, device)
+    rss = torch.zeros(world, dtype=torch.float64)
+    rss[rank] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+    if world > 1:
+        dist.all_reduce(rss)
     if rank == 0:
         net = model.module if world > 1 else model
         save_file({k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()},
                   os.path.join(args.out, "model.safetensors"))
         with open(os.path.join(args.out, "summary.json"), "w") as f:
             json.dump({"status": "completed", "steps": step, "wall_s": time.time() - start,
-                       "samples_per_s": samples / t_train if t_train else 0, "world_size": world}, f)
+                       "samples_per_s": samples / t_train if t_train else 0, "world_size": world,
+                       "first_step_wall_time": first_step_wall_time, "peak_rss_mb": rss.max().item(),
+                       "test_loss": test_loss, "test_accuracy": test_acc}, f)
     if world > 1:
         dist.destroy_process_group()
 
 
 if __name__ == "__main__":
     main()
+    # Skip interpreter finalisation: with Gloo, torch can abort there (SIGABRT, "terminate called
+    # without an active exception"; pytorch/pytorch#179291) after all work and output is done.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)

@@ -58,12 +58,8 @@ TEST_CASE("ltrain and Python DDP agree step by step from the same weights", "[pa
     INFO(s.err);
     REQUIRE(s.exit_code == 0);
 
-    std::vector<std::string> py{LTRAIN_TORCHRUN,
-                                "--nproc-per-node",
-                                "2",
-                                "--master-port",
-                                std::to_string(ltrain::test::freePort()),
-                                kRef,
+    // --standalone: torchrun binds its own free port (a port picked here could be taken meanwhile).
+    std::vector<std::string> py{LTRAIN_TORCHRUN, "--standalone", "--nproc-per-node", "2", kRef,
                                 config};
     py.insert(py.end(), common.begin(), common.end());
     py.insert(py.end(),

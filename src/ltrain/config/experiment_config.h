@@ -32,6 +32,7 @@ struct ModelConfig {
   int64_t kernel_size;
   std::string pool;
   bool batch_norm;
+  bool channels_last;
   std::vector<int64_t> fc;
 };
 

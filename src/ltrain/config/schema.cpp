@@ -152,7 +152,11 @@ std::vector<Option> buildSchema() {
              S("")),
       LT_OPT(data.batch_size, "Training batch size per process", int64_t{64}).atLeast(1),
       LT_OPT(data.eval_batch_size, "Evaluation batch size per process", int64_t{1000}).atLeast(1),
-      LT_OPT(data.num_workers, "Loader threads building batches ahead of the step", int64_t{1})
+      LT_OPT(data.num_workers,
+             "Loader threads building batches ahead of the step; 0 builds them on the training "
+             "thread, "
+             "best when the intra-op threads already use every core",
+             int64_t{0})
           .atLeast(0)
           .atMost(64),
       LT_OPT(data.prefetch, "Batches each loader thread may have ready ahead", int64_t{2})
@@ -189,6 +193,12 @@ std::vector<Option> buildSchema() {
           .oneOf({"max", "avg", "none"})
           .forModel("cnn"),
       LT_OPT(model.batch_norm, "cnn: batch norm after each conv", true).forModel("cnn"),
+      LT_OPT(model.channels_last,
+             "cnn: keep images and conv weights channels-last (NHWC); often faster with cuDNN, "
+             "measured slower on "
+             "this project's 2-core CPU (bench/RESULTS.md)",
+             false)
+          .forModel("cnn"),
       LT_OPT(model.fc, "cnn: fully connected layer sizes before the classifier", IntList{128})
           .atLeast(1)
           .forModel("cnn"),

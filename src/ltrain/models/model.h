@@ -14,8 +14,15 @@ namespace ltrain::models {
 struct ClassifierImpl : torch::nn::Module {
   explicit ClassifierImpl(torch::nn::Sequential layers_)
       : layers(register_module("layers", layers_)) {}
-  torch::Tensor forward(torch::Tensor x) { return layers->forward(x); }
+  torch::Tensor forward(torch::Tensor x) {
+    if (channels_last && x.dim() == 4) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+    return layers->forward(x);
+  }
+  // Converts 4-d weights to channels-last (NHWC) and makes forward() feed images that way:
+  // oneDNN (CPU) and cuDNN (GPU) convolutions run faster on that layout. Values are unchanged.
+  void useChannelsLast();
   torch::nn::Sequential layers;
+  bool channels_last = false;
 };
 TORCH_MODULE(Classifier);
 

@@ -27,8 +27,19 @@ Classifier build(const config::ModelConfig& cfg, const std::vector<int64_t>& inp
     throw UsageError(fmt::format("model {}: expected inputs [C, H, W], got {} dimensions", cfg.name,
                                  input_shape.size()));
   if (cfg.name == "mlp") return Classifier(buildMlp(cfg, input_shape, num_classes));
-  if (cfg.name == "cnn") return Classifier(buildCnn(cfg, input_shape, num_classes));
+  if (cfg.name == "cnn") {
+    Classifier c(buildCnn(cfg, input_shape, num_classes));
+    if (cfg.channels_last) c->useChannelsLast();
+    return c;
+  }
   throw UsageError(fmt::format("model.name: unknown model '{}', expected mlp|cnn", cfg.name));
+}
+
+void ClassifierImpl::useChannelsLast() {
+  torch::NoGradGuard no_grad;
+  for (auto& p : parameters())
+    if (p.dim() == 4) p.set_data(p.data().contiguous(at::MemoryFormat::ChannelsLast));
+  channels_last = true;
 }
 
 int64_t parameterCount(const torch::nn::Module& m) {

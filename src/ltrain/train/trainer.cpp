@@ -4,12 +4,14 @@
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/common/memory.h"
 #include "ltrain/data/dataset.h"
 #include "ltrain/data/distributed_sampler.h"
 #include "ltrain/data/loader.h"
@@ -191,6 +193,11 @@ class Loop {
     s.samples_per_s = train_seconds > 0 ? samples_this_run / train_seconds : 0;
     s.world_size = rt_.world_size;
     s.run_dir = run_.path;
+    // Peak memory of the worst rank (a sum of one-hot vectors stands in for a max-reduction).
+    std::vector<double> rss(rt_.world_size, 0.0);
+    rss[rt_.rank] = peakRssMb();
+    if (comm_) rss = comm_->allreduceSum(rss);
+    peak_rss_mb_ = *std::max_element(rss.begin(), rss.end());
     writeSummary(s.status, s.wall_s, s.samples_per_s, "");
     return s;
   }
@@ -257,6 +264,7 @@ class Loop {
         throw std::runtime_error(fmt::format("training loss is {} at step {} on rank {}", loss,
                                              state_.step + 1, rt_.rank));
       ++state_.step;
+      if (first_step_wall_time_ == 0) first_step_wall_time_ = wallTime();
       state_.batch_in_epoch += k;
       state_.samples += samples * rt_.world_size;
       w.loss += loss, ++w.steps, w.samples += samples * rt_.world_size;
@@ -351,6 +359,8 @@ class Loop {
         .add("samples_per_s", samples_per_s)
         .add("world_size", rt_.world_size)
         .add("skipped_steps", state_.skipped_steps);
+    if (first_step_wall_time_ > 0) j.add("first_step_wall_time", first_step_wall_time_);
+    if (peak_rss_mb_ > 0) j.add("peak_rss_mb", peak_rss_mb_);
     if (!error.empty()) j.add("error", error);
     io::writeFileAtomic(run_.summary(), j.str() + "\n");
   }
@@ -375,6 +385,7 @@ class Loop {
   double epoch_loss_sum_ = 0;
   int64_t epoch_loss_count_ = 0;
   double paused_s_ = 0;
+  double first_step_wall_time_ = 0, peak_rss_mb_ = 0;
 };
 
 }  // namespace
