@@ -19,7 +19,7 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-LTRAIN = os.path.join(ROOT, "build", "ltrain")
+LTRAIN = os.environ.get("LTRAIN_BIN", os.path.join(ROOT, "build", "ltrain"))
 REF = os.path.join(ROOT, "bench", "reference", "train_ref.py")
 TORCHRUN = os.path.join(os.path.dirname(sys.executable), "torchrun")
 
@@ -28,6 +28,13 @@ CASES = [  # name, config, processes, overrides
     ("MLP", "configs/fashion_mnist_mlp.yaml", 2, ["train.max_steps=240", "train.log_every=30"]),
     ("CNN", "configs/fashion_mnist_cnn.yaml", 1, ["train.max_steps=96", "train.log_every=12"]),
     ("CNN", "configs/fashion_mnist_cnn.yaml", 2, ["train.max_steps=96", "train.log_every=12"]),
+]
+# --gpu: the GPU benchmark of scripts/gpu_check.sh, bf16 autocast, one process per GPU.
+GPU_CASES = [
+    ("CNN bs1024 bf16", "configs/fashion_mnist_cnn.yaml", 1,
+     ["data.batch_size=1024", "train.precision=bf16", "train.max_steps=120", "train.log_every=15"]),
+    ("MLP bs4096 bf16", "configs/fashion_mnist_mlp.yaml", 1,
+     ["data.batch_size=4096", "train.precision=bf16", "train.max_steps=120", "train.log_every=15"]),
 ]
 TARGETS = {"samples": {("MLP", 2): 1.3, ("CNN", 2): 1.10}, "first_step": 0.5, "rss": 0.7, "data_wait": 0.02}
 
@@ -70,9 +77,11 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cases", default="all", help="comma-separated indices into the case list")
+    ap.add_argument("--gpu", action="store_true", help="the GPU cases (bf16, large batches) instead")
     args = ap.parse_args()
     cores = os.cpu_count()
-    cases = CASES if args.cases == "all" else [CASES[int(i)] for i in args.cases.split(",")]
+    table = GPU_CASES if args.gpu else CASES
+    cases = table if args.cases == "all" else [table[int(i)] for i in args.cases.split(",")]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, config, nproc, overrides in cases:

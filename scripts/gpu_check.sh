@@ -4,7 +4,8 @@
 # on the device: scripts/gpu_check.sh  (with .debs carried). It unpacks the .deb files into a
 # prefix, builds ltrain against that machine's torch, runs the CUDA tests ([cuda]: NCCL with one
 # rank, DDP on CUDA, fp32 and bf16 training on the GPU) and the multi-process suite, and writes the
-# logs and a results table to $OUT (or gpu-results/). Budget: under 8 minutes.
+# logs and a results table to $OUT (or gpu-results/), then the GPU benchmark (bench/run.py --gpu:
+# ltrain vs the Python reference, bf16, the CNN and the MLP at large batches). Budget: under 8 minutes.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-results}
@@ -41,6 +42,12 @@ timeout 240 ctest -L quick -j 8 --output-on-failure >"$out/quick_tests.log" 2>&1
 quick_rc=$?
 log "quick suite on the GPU machine: rc=$quick_rc $(grep -E 'tests passed' "$out/quick_tests.log")"
 
+cd "$root"
+LTRAIN_BIN="$build/ltrain" timeout 240 "$PY" bench/run.py --gpu --repeats 3 >"$out/gpu_bench.md" 2>"$out/gpu_bench.log"
+bench_rc=$?
+log "GPU benchmark: rc=$bench_rc"
+cat "$out/gpu_bench.md"
+
 {
   echo "| check | result |"
   echo "| --- | --- |"
@@ -48,6 +55,8 @@ log "quick suite on the GPU machine: rc=$quick_rc $(grep -E 'tests passed' "$out
   echo "| CUDA tests (NCCL one rank, DDP on CUDA, fp32/bf16 training) | $(grep -E 'tests passed' "$out/cuda_tests.log") |"
   echo "| quick suite | $(grep -E 'tests passed' "$out/quick_tests.log") |"
   echo "| wall time | $(($(date +%s) - start)) s |"
+  echo
+  cat "$out/gpu_bench.md"
 } >"$out/RESULTS-gpu.md"
 cat "$out/RESULTS-gpu.md"
 [ $cuda_rc -eq 0 ] && [ $quick_rc -eq 0 ]

@@ -199,6 +199,10 @@ def main():
         model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cfg["dist"]["bucket_cap_mb"],
                                                     find_unused_parameters=cfg["dist"]["find_unused_parameters"])
     opt = make_optimizer(cfg["optimizer"], model.parameters())
+    # ltrain's train.precision: autocast to bf16/fp16, fp16 with torch's own GradScaler.
+    precision = cfg["train"]["precision"]
+    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
+    scaler = torch.amp.GradScaler(device.type, enabled=precision == "fp16")
 
     d, t = cfg["data"], cfg["train"]
     sampler = DistributedSampler(range(len(train.targets)), num_replicas=world, rank=rank, shuffle=d["shuffle"],
@@ -233,14 +237,17 @@ def main():
                 sync = i == k - 1
                 ctx = model.no_sync() if (world > 1 and not sync) else contextlib.nullcontext()
                 with ctx:
-                    loss = F.cross_entropy(model(x), y)
-                    (loss / k).backward()
+                    with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
+                        loss = F.cross_entropy(model(x).float(), y)
+                    scaler.scale(loss / k).backward()
                 step_loss += loss.item() / k
                 samples += len(y) * world
                 w_samples += len(y) * world
+            scaler.unscale_(opt)
             if t["clip_grad_norm"] > 0:
                 nn.utils.clip_grad_norm_(model.parameters(), t["clip_grad_norm"])
-            opt.step()
+            scaler.step(opt)
+            scaler.update()
             step += 1
             if not first_step_wall_time:
                 first_step_wall_time = time.time()

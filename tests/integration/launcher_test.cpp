@@ -195,3 +195,32 @@ TEST_CASE("the same binary trains under the real torchrun, standalone and static
     CHECK_THAT(readText(dir / ("run-" + mode) + "/summary.json"), Contains("\"world_size\": 2"));
   }
 }
+
+TEST_CASE("when rank 0 refuses the run directory, the other ranks stop at once with its reason",
+          "[dist]") {
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "name: k\n");
+  auto first = runLtrain(syntheticTrain(dir / "c.yaml", dir / "run"));
+  REQUIRE(first.exit_code == 0);  // a finished run: rank 0 will refuse to overwrite it
+  const std::string port = std::to_string(ltrain::test::freePort());
+  auto args = syntheticTrain(dir / "c.yaml", dir / "run");
+  args.push_back("dist.timeout_s=120");
+  std::vector<std::string> argv{LTRAIN_BINARY};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const auto t0 = Clock::now();
+  ltrain::test::BackgroundProcess r0(argv, {{"RANK", "0"},
+                                            {"WORLD_SIZE", "2"},
+                                            {"MASTER_PORT", port},
+                                            {"TORCHELASTIC_USE_AGENT_STORE", "False"}});
+  ltrain::test::BackgroundProcess r1(argv, {{"RANK", "1"},
+                                            {"WORLD_SIZE", "2"},
+                                            {"MASTER_PORT", port},
+                                            {"TORCHELASTIC_USE_AGENT_STORE", "False"}});
+  auto a = r0.wait();
+  auto b = r1.wait();
+  CHECK(a.exit_code == 2);
+  CHECK_THAT(a.err, Contains("holds a finished run"));
+  CHECK(b.exit_code == 2);
+  CHECK_THAT(b.err, Contains("rank 0 could not prepare the run directory"));
+  CHECK(since(t0) < 30);  // not dist.timeout_s
+}

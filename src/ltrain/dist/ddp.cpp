@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <set>
 
 namespace ltrain::dist {
 
@@ -39,8 +40,10 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
   // gradients), a bucket per (dtype, device) open at a time, closed when it reaches its limit.
   auto named = module_->named_parameters();
   std::vector<std::pair<std::string, torch::Tensor>> params;
+  std::set<const c10::TensorImpl*> seen;  // a tied weight appears under each of its names: keep one
   for (const auto& item : named)
-    if (item.value().requires_grad()) params.emplace_back(item.key(), item.value());
+    if (item.value().requires_grad() && seen.insert(item.value().unsafeGetTensorImpl()).second)
+      params.emplace_back(item.key(), item.value());
   std::reverse(params.begin(), params.end());
   std::map<std::string, std::vector<size_t>> open;  // key -> slots of the open bucket
   std::map<std::string, int64_t> open_bytes, closed_count;
@@ -121,7 +124,11 @@ void DistributedDataParallel::prepareBackward(bool sync) {
   armed_ = sync;
   if (!sync) return;
   std::fill(ready_.begin(), ready_.end(), 0);
-  for (auto& b : buckets_) b.pending = b.slots.size(), b.work.reset();
+  // Work left from a step that threw must finish before its buffers are written again.
+  for (auto& b : buckets_) {
+    if (b.work && !b.work->isCompleted()) b.work->wait(opts_.timeout);
+    b.pending = b.slots.size(), b.work.reset();
+  }
   next_launch_ = 0;
   stats_ = DdpStepStats{};
   step_start_ = std::chrono::steady_clock::now();
@@ -137,9 +144,14 @@ void DistributedDataParallel::markReady(size_t s) {
   auto view = b.buffer.narrow(0, slot.offset, slot.numel);
   const auto& grad = slot.param.grad();
   if (grad.defined()) {
-    // Divide before the sum, as PyTorch does, so low-precision sums do not overflow.
-    view.copy_(grad.reshape(-1));
-    view.div_(world_);
+    // Divide before the sum, as PyTorch does, so low-precision sums do not overflow; with
+    // compression, divide before the cast too, so a large gradient is not inf in fp16 already.
+    if (view.scalar_type() != grad.scalar_type()) {
+      view.copy_(grad.reshape(-1) / static_cast<double>(world_));
+    } else {
+      view.copy_(grad.reshape(-1));
+      view.div_(world_);
+    }
   } else {
     view.zero_();
   }

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <torch/cuda.h>
 #include <unistd.h>
@@ -68,6 +69,19 @@ void say(const std::string& line) {
   fmt::print(stderr, "ltrain launch: {}\n", line);
 }
 
+extern "C" char** environ;
+
+// The launcher's environment with `overrides` applied, as strings that outlive a fork.
+std::vector<std::string> mergedEnvironment(const std::map<std::string, std::string>& overrides) {
+  std::vector<std::string> out;
+  for (char** e = environ; *e; ++e) {
+    const std::string entry = *e;
+    if (!overrides.count(entry.substr(0, entry.find('=')))) out.push_back(entry);
+  }
+  for (const auto& [k, v] : overrides) out.push_back(k + "=" + v);
+  return out;
+}
+
 class Launcher {
  public:
   explicit Launcher(const LaunchOptions& o) : o_(o) {
@@ -83,12 +97,23 @@ class Launcher {
   }
 
   int run() {
+    try {
+      return runAttempts();
+    } catch (...) {
+      stopAll(SIGTERM);  // never leave workers behind, whatever went wrong here
+      throw;
+    }
+  }
+
+ private:
+  int runAttempts() {
     hostStore();
     struct sigaction sa {};
     sa.sa_handler = onSignal;
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, nullptr);
     sigaction(SIGTERM, &sa, nullptr);
+    sigaction(SIGHUP, &sa, nullptr);  // a closed terminal must not orphan the workers
     if (!o_.log_dir.empty()) {
       std::error_code ec;
       std::filesystem::create_directories(o_.log_dir, ec);
@@ -107,8 +132,8 @@ class Launcher {
       }
       if (failed_rank < 0) return 0;
       const Worker& w = workers_[failed_rank];
-      report(w, attempt);
       stopAll(SIGTERM);
+      report(w, attempt);
       if (WIFEXITED(w.status) && WEXITSTATUS(w.status) == 2) {
         say("the failure is bad usage or input (exit code 2); not restarting");
         return 2;
@@ -121,7 +146,6 @@ class Launcher {
     }
   }
 
- private:
   void hostStore() {
     port_ = o_.master_port;
     if (o_.node_rank != 0) return;  // node 0's agent hosts the store; workers here connect to it
@@ -157,23 +181,32 @@ class Launcher {
         w.log.open(fmt::format("{}/rank_{}.log", o_.log_dir, w.rank), std::ios::app);
         w.log << fmt::format("=== attempt {} started {} ===\n", attempt, clock());
       }
-      auto env = workerEnv(o_, nproc_, i, port_, attempt, w.error_file, omp_set);
+      // Everything the child needs is built before fork: the parent has threads (the store
+      // server), so the child may only make async-signal-safe calls before exec.
+      const auto env =
+          mergedEnvironment(workerEnv(o_, nproc_, i, port_, attempt, w.error_file, omp_set));
+      std::vector<char*> envp, argv;
+      for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+      envp.push_back(nullptr);
+      for (const auto& a : o_.program) argv.push_back(const_cast<char*>(a.c_str()));
+      argv.push_back(nullptr);
+      const std::string exec_failed = fmt::format("cannot start '{}'\n", o_.program[0]);
       int fds[2];
       if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("launch: pipe() failed");
       pid_t pid = fork();
       if (pid < 0) throw std::runtime_error("launch: fork() failed");
       if (pid == 0) {
         setpgid(0, 0);  // its own group: a stop reaches everything the worker started
+        prctl(PR_SET_PDEATHSIG,
+              SIGKILL);  // and a launcher killed outright takes the workers with it
         signal(SIGINT, SIG_DFL);
         signal(SIGTERM, SIG_DFL);
+        signal(SIGHUP, SIG_DFL);
         dup2(fds[1], 1);
         dup2(fds[1], 2);
-        for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-        std::vector<char*> argv;
-        for (const auto& a : o_.program) argv.push_back(const_cast<char*>(a.c_str()));
-        argv.push_back(nullptr);
-        execvp(argv[0], argv.data());
-        fmt::print(stderr, "cannot start '{}': {}\n", o_.program[0], std::strerror(errno));
+        execvpe(argv[0], argv.data(), envp.data());
+        ssize_t ignored = write(2, exec_failed.data(), exec_failed.size());
+        (void)ignored;
         _exit(127);
       }
       setpgid(pid, pid);
@@ -251,6 +284,9 @@ class Launcher {
   }
 
   void stopAll(int sig) {
+    // Workers never started (pid -1) are marked done: kill(-(-1)) would signal process 1.
+    for (auto& w : workers_)
+      if (w.pid <= 0) w.exited = true;
     for (auto& w : workers_)
       if (!w.exited) kill(-w.pid, sig);
     const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
@@ -267,11 +303,20 @@ class Launcher {
         kill(-w.pid, SIGKILL);
       }
     for (auto& w : workers_) {
-      if (!w.exited) waitpid(w.pid, &w.status, 0), w.exited = true;
+      if (w.pid <= 0) continue;
+      if (!w.exited) {
+        while (waitpid(w.pid, &w.status, 0) < 0 && errno == EINTR) {
+        }
+        w.exited = true;
+      }
       kill(-w.pid, SIGKILL);  // anything the worker left behind in its group
     }
-    while (pump(0)) {
+    // Drain what is left, but not forever: a process outside the group may hold a pipe open.
+    const auto drain_until = Clock::now() + std::chrono::seconds(2);
+    while (pump(0) && Clock::now() < drain_until) {
     }
+    for (auto& w : workers_)
+      if (w.fd >= 0) close(w.fd), w.fd = -1;
   }
 
   void report(const Worker& w, int attempt) {
@@ -279,11 +324,15 @@ class Launcher {
                     w.local_rank, w.pid, clock(), attempt, describeStatus(w.status)));
     std::error_code ec;
     if (std::filesystem::exists(w.error_file, ec)) {
-      static const std::regex msg(R"re("message":\s*"((?:[^"\\]|\\.)*)")re");
-      std::smatch m;
-      const std::string text = io::readFile(w.error_file);
-      if (std::regex_search(text, m, msg))
-        say(fmt::format("rank {} error: {}", w.rank, m[1].str()));
+      try {
+        static const std::regex msg(R"re("message":\s*"((?:[^"\\]|\\.)*)")re");
+        std::smatch m;
+        const std::string text = io::readFile(w.error_file);
+        if (std::regex_search(text, m, msg))
+          say(fmt::format("rank {} error: {}", w.rank, m[1].str()));
+      } catch (const std::exception&) {
+        // The exit status and the last output below still say what happened.
+      }
     }
     if (!w.tail.empty()) {
       say(fmt::format("last output of rank {}:", w.rank));

@@ -33,14 +33,8 @@ torch::nn::Sequential buildCnn(const config::ModelConfig& cfg, const std::vector
     c = out;
   }
   seq->push_back(torch::nn::Flatten());
-  int64_t in = c * h * w;
-  for (auto f : cfg.fc) {
-    seq->push_back(torch::nn::Linear(in, f));
-    appendActivation(seq, cfg.activation);
-    if (cfg.dropout > 0) seq->push_back(torch::nn::Dropout(cfg.dropout));
-    in = f;
-  }
-  seq->push_back(torch::nn::Linear(in, num_classes));
+  const int64_t width = appendDense(seq, c * h * w, cfg.fc, cfg);
+  seq->push_back(torch::nn::Linear(width, num_classes));
   return seq;
 }
 

@@ -10,6 +10,10 @@
 namespace ltrain::models {
 
 void appendActivation(torch::nn::Sequential& seq, const std::string& name);
+// Linear -> activation [-> dropout] for each of `sizes`, from `in` features; returns the last
+// width.
+int64_t appendDense(torch::nn::Sequential& seq, int64_t in, const std::vector<int64_t>& sizes,
+                    const config::ModelConfig& cfg);
 torch::nn::Sequential buildMlp(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
 torch::nn::Sequential buildCnn(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
 

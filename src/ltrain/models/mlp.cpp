@@ -11,13 +11,8 @@ torch::nn::Sequential buildMlp(const config::ModelConfig& cfg, const std::vector
   seq->push_back(torch::nn::Flatten());
   int64_t in = 1;
   for (auto d : shape) in *= d;
-  for (auto h : cfg.hidden) {
-    seq->push_back(torch::nn::Linear(in, h));
-    appendActivation(seq, cfg.activation);
-    if (cfg.dropout > 0) seq->push_back(torch::nn::Dropout(cfg.dropout));
-    in = h;
-  }
-  seq->push_back(torch::nn::Linear(in, num_classes));
+  const int64_t width = appendDense(seq, in, cfg.hidden, cfg);
+  seq->push_back(torch::nn::Linear(width, num_classes));
   return seq;
 }
 

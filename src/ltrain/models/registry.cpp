@@ -21,6 +21,17 @@ void appendActivation(torch::nn::Sequential& seq, const std::string& name) {
     throw UsageError(fmt::format("model.activation: unknown activation '{}'", name));
 }
 
+int64_t appendDense(torch::nn::Sequential& seq, int64_t in, const std::vector<int64_t>& sizes,
+                    const config::ModelConfig& cfg) {
+  for (auto size : sizes) {
+    seq->push_back(torch::nn::Linear(in, size));
+    appendActivation(seq, cfg.activation);
+    if (cfg.dropout > 0) seq->push_back(torch::nn::Dropout(cfg.dropout));
+    in = size;
+  }
+  return in;
+}
+
 Classifier build(const config::ModelConfig& cfg, const std::vector<int64_t>& input_shape,
                  int64_t num_classes) {
   if (input_shape.size() != 3)

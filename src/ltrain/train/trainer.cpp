@@ -91,6 +91,10 @@ struct Window {
   int64_t steps = 0, samples = 0, allreduce_calls = 0;
 };
 
+constexpr const char* kRankZeroFailed =
+    "\x01"
+    "failed: ";  // a prefix no path starts with
+
 class Loop {
  public:
   Loop(const config::LoadedConfig& lc, const TrainRequest& req, const dist::Runtime& rt)
@@ -124,9 +128,20 @@ class Loop {
 
     if (rt_.distributed()) comm_ = dist::Comm::connect(rt_, cfg_.dist, device_);
     // Rank 0 alone decides about and writes the run directory; the others follow its decision.
-    if (rt_.isMain()) run_ = prepareRunDir(lc, req.output_dir, req.overwrite, true);
+    if (rt_.isMain()) {
+      try {
+        run_ = prepareRunDir(lc, req.output_dir, req.overwrite, true);
+      } catch (const UsageError& e) {
+        // The other ranks would otherwise wait dist.timeout_s for a run directory.
+        if (comm_) comm_->broadcastString("run_dir", std::string(kRankZeroFailed) + e.what());
+        throw;
+      }
+    }
     if (comm_) {
       run_.path = comm_->broadcastString("run_dir", run_.path);
+      if (run_.path.rfind(kRankZeroFailed, 0) == 0)
+        throw UsageError("rank 0 could not prepare the run directory: " +
+                         run_.path.substr(std::strlen(kRankZeroFailed)));
       const std::string from = comm_->broadcastString("resume_from", run_.resume_from.value_or(""));
       if (!from.empty()) run_.resume_from = from;
     }
@@ -232,16 +247,30 @@ class Loop {
       w.allreduce_calls += ddp_->lastStep().allreduce_calls;
       for (double s : ddp_->lastStep().bucket_wait_s) w.comm_wait_s += s;
     }
-    // Gradients are identical on every rank after the reduction, so every rank skips the same
-    // steps.
-    if (scaler_.enabled() && !scaler_.unscaleAndUpdate(model_->parameters())) {
-      ++state_.skipped_steps;
-      return step_loss.item<double>();
+    // Gradients are identical on every rank after the reduction (an inf or nan anywhere reaches
+    // every rank through the sum), so decisions taken on them are the same on every rank.
+    if (scaler_.enabled()) {
+      if (!scaler_.unscaleAndUpdate(model_->parameters())) {
+        ++state_.skipped_steps;
+        return step_loss.item<double>();
+      }
+    } else if (ddp_ && !gradientsFinite()) {
+      throw std::runtime_error(
+          fmt::format("gradients are not finite at step {} (loss on rank {}: {})", state_.step + 1,
+                      rt_.rank, step_loss.item<double>()));
     }
     if (cfg_.train.clip_grad_norm > 0)
       torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.train.clip_grad_norm);
     optimizer_->step();
     return step_loss.item<double>();
+  }
+
+  bool gradientsFinite() {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> flags;
+    for (const auto& p : model_->parameters())
+      if (p.grad().defined()) flags.push_back(torch::isfinite(p.grad()).all());
+    return flags.empty() || torch::stack(flags).all().item<bool>();
   }
 
   void runEpoch() {
@@ -260,7 +289,9 @@ class Loop {
       setLearningRate(*optimizer_, lr);
       int64_t samples = 0;
       const double loss = step(loader, k, samples, w);
-      if (!std::isfinite(loss))
+      // One process decides on its loss; several decided together on the gradients in step(), and
+      // fp16's scaler skips such steps.
+      if (!ddp_ && !scaler_.enabled() && !std::isfinite(loss))
         throw std::runtime_error(fmt::format("training loss is {} at step {} on rank {}", loss,
                                              state_.step + 1, rt_.rank));
       ++state_.step;
