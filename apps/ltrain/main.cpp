@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <iostream>
 
+#include "ltrain/common/allocator.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/config/emit.h"
 #include "ltrain/config/load.h"
@@ -116,6 +117,7 @@ void addLaunchOptions(CLI::App* app, ltrain::launch::LaunchOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ltrain::tuneAllocatorForTraining();
   CLI::App app{"ltrain: train LibTorch models from a YAML config, on one or many devices"};
   app.require_subcommand(1);
   Args a;
