@@ -88,3 +88,42 @@ TEST_CASE("kill mid-epoch, resume: same losses and weights as an uninterrupted r
     for (size_t i = 0; i < wa.size(); ++i) CHECK(torch::equal(wa[i], wb[i]));
   }
 }
+
+TEST_CASE("a corrupt newest checkpoint is reported and the previous one resumes the run") {
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 3\n");
+  auto full = runLtrain(args(dir / "c.yaml", dir / "full", "1"));
+  REQUIRE(full.exit_code == 0);
+  auto killed =
+      runLtrain(args(dir / "c.yaml", dir / "cut", "1"), {{"LTRAIN_FAULT_KILL_AT_STEP", "13"}});
+  REQUIRE(killed.exit_code == 128 + 9);
+  // The newest checkpoint (step 12) is cut short, as a crash in the middle of a copy would leave
+  // it.
+  const std::string newest = dir / "cut/checkpoints/step-00000012.pt";
+  const std::string bytes = readText(newest);
+  ltrain::test::writeText(newest, bytes.substr(0, bytes.size() / 2));
+  auto resumed = runLtrain(args(dir / "c.yaml", dir / "cut", "1"));
+  INFO(resumed.err);
+  REQUIRE(resumed.exit_code == 0);
+  CHECK_THAT(resumed.out + resumed.err,
+             Catch::Matchers::Contains("step-00000012.pt' cannot be loaded"));
+  CHECK_THAT(resumed.out + resumed.err,
+             Catch::Matchers::Contains("resuming from the previous checkpoint"));
+  auto wa = modelTensors(dir / "full/checkpoints/step-00000057.pt");
+  auto wb = modelTensors(dir / "cut/checkpoints/step-00000057.pt");
+  for (size_t i = 0; i < wa.size(); ++i) CHECK(torch::equal(wa[i], wb[i]));
+  CHECK(trainLosses(readText(dir / "full/metrics.jsonl")) ==
+        trainLosses(readText(dir / "cut/metrics.jsonl")));
+}
+
+TEST_CASE("train.keep_checkpoints keeps the newest K") {
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 3\n");
+  auto a = args(dir / "c.yaml", dir / "run", "1");
+  a.push_back("train.keep_checkpoints=2");
+  REQUIRE(runLtrain(a).exit_code == 0);
+  auto left = ltrain::train::checkpointsNewestFirst(dir / "run/checkpoints");
+  REQUIRE(left.size() == 2);
+  CHECK_THAT(left[0], Catch::Matchers::EndsWith("step-00000057.pt"));
+  CHECK_THAT(left[1], Catch::Matchers::EndsWith("step-00000056.pt"));
+}

@@ -64,6 +64,7 @@ struct TrainConfig {
   int64_t eval_every;
   int64_t checkpoint_every;
   std::string resume;
+  int64_t keep_checkpoints;
   int64_t threads;
 };
 

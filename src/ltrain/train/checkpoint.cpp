@@ -24,21 +24,35 @@ std::string checkpointPath(const std::string& dir, int64_t step) {
   return fmt::format("{}/step-{:08d}.pt", dir, step);
 }
 
-std::optional<std::string> newestCheckpoint(const std::string& dir) {
+std::vector<std::string> checkpointsNewestFirst(const std::string& dir) {
   std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) return std::nullopt;
+  if (!std::filesystem::is_directory(dir, ec)) return {};
   static const std::regex name(R"(step-(\d+)\.pt)");
-  std::optional<std::string> best;
-  int64_t best_step = -1;
+  std::vector<std::pair<int64_t, std::string>> found;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     std::smatch m;
     const std::string fn = e.path().filename().string();
-    if (std::regex_match(fn, m, name) && std::stoll(m[1]) > best_step) {
-      best_step = std::stoll(m[1]);
-      best = e.path().string();
-    }
+    if (std::regex_match(fn, m, name)) found.emplace_back(std::stoll(m[1]), e.path().string());
   }
-  return best;
+  std::sort(found.rbegin(), found.rend());
+  std::vector<std::string> out;
+  for (auto& f : found) out.push_back(f.second);
+  return out;
+}
+
+std::optional<std::string> newestCheckpoint(const std::string& dir) {
+  auto all = checkpointsNewestFirst(dir);
+  if (all.empty()) return std::nullopt;
+  return all.front();
+}
+
+void pruneCheckpoints(const std::string& dir, int64_t keep) {
+  if (keep <= 0) return;
+  auto all = checkpointsNewestFirst(dir);
+  for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) {
+    std::error_code ec;
+    std::filesystem::remove(all[i], ec);
+  }
 }
 
 void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& opt,

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ltrain::train {
 
@@ -28,5 +29,8 @@ LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
 // "<dir>/step-00000042.pt" for step 42, and the newest such file in `dir`.
 std::string checkpointPath(const std::string& dir, int64_t step);
 std::optional<std::string> newestCheckpoint(const std::string& dir);
+std::vector<std::string> checkpointsNewestFirst(const std::string& dir);
+// Deletes all but the newest `keep` checkpoints in `dir` (keep 0: delete none).
+void pruneCheckpoints(const std::string& dir, int64_t keep);
 
 }  // namespace ltrain::train

@@ -54,6 +54,8 @@ RunDir prepareRunDir(const config::LoadedConfig& lc, const std::string& output_d
                     rd.path));
   } else if (newest && cfg.train.resume == "auto") {
     rd.resume_from = *newest;
+    auto all = checkpointsNewestFirst(rd.checkpoints());
+    rd.fallbacks.assign(all.begin() + 1, all.end());
   }
   if (explicit_ckpt) {
     if (!fs::is_regular_file(cfg.train.resume, ec))

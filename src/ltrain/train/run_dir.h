@@ -3,6 +3,7 @@
 #pragma once
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ltrain/config/load.h"
 
@@ -11,6 +12,7 @@ namespace ltrain::train {
 struct RunDir {
   std::string path;
   std::optional<std::string> resume_from;  // checkpoint to continue from
+  std::vector<std::string> fallbacks;  // older checkpoints, newest first, if resume_from is corrupt
   std::string checkpoints() const { return path + "/checkpoints"; }
   std::string metrics() const { return path + "/metrics.jsonl"; }
   std::string summary() const { return path + "/summary.json"; }

@@ -142,11 +142,17 @@ class Loop {
       if (run_.path.rfind(kRankZeroFailed, 0) == 0)
         throw UsageError("rank 0 could not prepare the run directory: " +
                          run_.path.substr(std::strlen(kRankZeroFailed)));
+    }
+    // Rank 0 loads first, past corrupt checkpoints if it must; the others load what it chose.
+    if (rt_.isMain() && run_.resume_from) resumeWithFallback();
+    if (comm_) {
       const std::string from = comm_->broadcastString("resume_from", run_.resume_from.value_or(""));
-      if (!from.empty()) run_.resume_from = from;
+      if (!rt_.isMain() && !from.empty()) {
+        run_.resume_from = from;
+        state_ = loadCheckpoint(from, *model_, *optimizer_);
+      }
     }
     if (run_.resume_from) {
-      state_ = loadCheckpoint(*run_.resume_from, *model_, *optimizer_);
       if (scaler_.enabled() && state_.loss_scale > 0)
         scaler_.restore(state_.loss_scale, state_.scale_growth_tracker);
       if (rt_.isMain())
@@ -265,6 +271,21 @@ class Loop {
     return step_loss.item<double>();
   }
 
+  void resumeWithFallback() {
+    std::vector<std::string> candidates{*run_.resume_from};
+    candidates.insert(candidates.end(), run_.fallbacks.begin(), run_.fallbacks.end());
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      try {
+        state_ = loadCheckpoint(candidates[i], *model_, *optimizer_);
+        run_.resume_from = candidates[i];
+        return;
+      } catch (const UsageError& e) {
+        if (i + 1 == candidates.size()) throw;
+        spdlog::warn("{}; resuming from the previous checkpoint, {}", e.what(), candidates[i + 1]);
+      }
+    }
+  }
+
   bool gradientsFinite() {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> flags;
@@ -371,6 +392,7 @@ class Loop {
     state_.loss_scale = scaler_.enabled() ? scaler_.scale() : 0;
     state_.scale_growth_tracker = scaler_.growthTracker();
     saveCheckpoint(checkpointPath(run_.checkpoints(), state_.step), *model_, *optimizer_, state_);
+    pruneCheckpoints(run_.checkpoints(), cfg_.train.keep_checkpoints);
     // The newest weights, readable by Python (safetensors or torch) under PyTorch's names.
     io::saveSafetensors(run_.path + "/model.safetensors", io::moduleState(*model_),
                         {{"step", std::to_string(state_.step)}, {"format", "pt"}});
