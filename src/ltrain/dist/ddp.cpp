@@ -173,8 +173,9 @@ void DistributedDataParallel::finishBackward() {
   if (!armed_) return;
   stats_.backward_end_s = now();
   std::vector<std::string> unused;
+  std::vector<int32_t> used(slots_.size(), 1);
   for (size_t s = 0; s < slots_.size(); ++s)
-    if (!ready_[s]) unused.push_back(slots_[s].name);
+    if (!ready_[s]) unused.push_back(slots_[s].name), used[s] = 0;
   if (!unused.empty()) {
     if (!opts_.find_unused_parameters) {
       armed_ = false;
@@ -193,6 +194,17 @@ void DistributedDataParallel::finishBackward() {
     lk.lock();
   }
   torch::NoGradGuard no_grad;
+  // With find_unused_parameters, which parameters any rank used: as in PyTorch, a parameter no rank
+  // used keeps no gradient (the optimizer leaves it alone). Issued after every bucket, so the
+  // collectives come in the same order on every rank whatever each one left unused.
+  c10::intrusive_ptr<c10d::Work> used_work;
+  torch::Tensor used_any;
+  if (opts_.find_unused_parameters) {
+    used_any = torch::tensor(used, torch::kInt)
+                   .to(buckets_.empty() ? torch::kCPU : buckets_[0].buffer.device());
+    std::vector<at::Tensor> io{used_any};
+    used_work = pg_->allreduce(io);
+  }
   for (auto& b : buckets_) {
     auto t0 = std::chrono::steady_clock::now();
     b.work->wait(opts_.timeout);
@@ -206,6 +218,13 @@ void DistributedDataParallel::finishBackward() {
       else
         p.mutable_grad() = reduced.to(p.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
     }
+  }
+  if (used_work) {
+    used_work->wait(opts_.timeout);
+    auto counts = used_any.cpu();
+    for (size_t s = 0; s < slots_.size(); ++s)
+      if (counts[static_cast<int64_t>(s)].item<int32_t>() == 0)
+        slots_[s].param.mutable_grad().reset();
   }
   armed_ = false;
 }
