@@ -29,6 +29,7 @@ struct Args {
   std::string output_dir;
   bool overwrite = false;
   bool reference = false, explain = false;
+  std::string checkpoint;
   std::string nproc;  // train --nproc-per-node: run through the launcher
   ltrain::launch::LaunchOptions launch;
 };
@@ -62,6 +63,15 @@ int cmdTrain(const Args& a) {
   if (rt.isMain())
     fmt::print("test_accuracy {:.4f}  test_loss {:.4f}  steps {}  wall {:.1f}s  run {}\n",
                s.test_accuracy, s.test_loss, s.steps, s.wall_s, s.run_dir);
+  return 0;
+}
+
+int cmdEval(const Args& a) {
+  auto lc = ltrain::config::loadConfig(a.config, a.overrides);
+  spdlog::set_pattern("[%H:%M:%S] %v");
+  auto r = ltrain::train::evaluateWeights(lc, a.checkpoint);
+  fmt::print("test_accuracy {:.4f}  test_loss {:.4f}  examples {}\n", r.test_accuracy, r.test_loss,
+             r.examples);
   return 0;
 }
 
@@ -143,6 +153,14 @@ int main(int argc, char** argv) {
                    "Print the Markdown reference of every key (docs/config.md)");
   config->footer(keys);
 
+  auto* eval = app.add_subcommand("eval", "Evaluate saved weights on the test split");
+  eval->add_option("config", a.config, "Experiment config (YAML) that describes the model and data")
+      ->required();
+  eval->add_option("overrides", a.overrides, "KEY=VALUE overrides");
+  eval->add_option("--checkpoint", a.checkpoint, "A checkpoint (.pt) or a model.safetensors")
+      ->required();
+  eval->footer(keys);
+
   ltrain::launch::LaunchOptions lo;
   auto* launch =
       app.add_subcommand("launch", "Run PROGRAM as one worker per device, torchrun-style");
@@ -167,6 +185,7 @@ int main(int argc, char** argv) {
   try {
     if (app.got_subcommand(train)) return cmdTrain(a);
     if (app.got_subcommand(launch)) return ltrain::launch::runLauncher(lo);
+    if (app.got_subcommand(eval)) return cmdEval(a);
     return cmdConfig(a);
   } catch (const ltrain::UsageError& e) {
     return fail(2, oneLine(e.what()));

@@ -212,3 +212,30 @@ TEST_CASE("bf16 and fp16 autocast train on the CPU; fp16 reports its loss scale"
     }
   }
 }
+
+TEST_CASE("eval prints the test metrics of a checkpoint or a safetensors file") {
+  TempDir dir;
+  writeText(dir / "c.yaml", "name: t\n");
+  auto train = synthetic(dir / "c.yaml", dir / "run");
+  REQUIRE(runLtrain(train).exit_code == 0);
+  const double acc = json(dir / "run/summary.json")["test_accuracy"].as<double>();
+  // The same config and overrides describe the model; only the weights come from the file.
+  std::vector<std::string> args{"eval", dir / "c.yaml"};
+  args.insert(args.end(), train.begin() + 2,
+              train.end() - 2);  // the overrides, without --output-dir
+  for (std::string weights :
+       {dir / "run/checkpoints/step-00000008.pt", dir / "run/model.safetensors"}) {
+    auto a = args;
+    a.insert(a.end(), {"--checkpoint", weights});
+    auto r = runLtrain(a);
+    INFO(weights << "\n" << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.out, Contains(fmt::format("test_accuracy {:.4f}", acc)));
+    CHECK_THAT(r.out, Contains("examples 64"));
+  }
+  auto a = args;
+  a.insert(a.end(), {"--checkpoint", dir / "nope.pt"});
+  auto missing = runLtrain(a);
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.err, Contains("--checkpoint '" + (dir / "nope.pt") + "' not found"));
+}

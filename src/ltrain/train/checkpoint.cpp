@@ -82,6 +82,20 @@ void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::op
   }
 }
 
+void loadCheckpointModel(const std::string& path, torch::nn::Module& model) {
+  try {
+    torch::serialize::InputArchive ar, model_ar;
+    ar.load_from(path);
+    ar.read("model", model_ar);
+    model.load(model_ar);
+  } catch (const c10::Error& e) {
+    std::string why = e.what_without_backtrace();
+    throw UsageError(
+        fmt::format("checkpoint '{}' cannot be loaded (corrupt, or from another model): {}", path,
+                    why.substr(0, why.find('\n'))));
+  }
+}
+
 LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
                          torch::optim::Optimizer& opt) {
   LoopState s;

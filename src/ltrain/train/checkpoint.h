@@ -26,6 +26,8 @@ void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::op
 // Throws UsageError naming the file when it is unreadable, corrupt or from another model.
 LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
                          torch::optim::Optimizer& opt);
+// The model part alone (for evaluation); UsageError naming the file when it cannot be loaded.
+void loadCheckpointModel(const std::string& path, torch::nn::Module& model);
 // "<dir>/step-00000042.pt" for step 42, and the newest such file in `dir`.
 std::string checkpointPath(const std::string& dir, int64_t step);
 std::optional<std::string> newestCheckpoint(const std::string& dir);

@@ -9,6 +9,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 
 #include "ltrain/common/errors.h"
 #include "ltrain/common/memory.h"
@@ -442,6 +443,29 @@ class Loop {
 };
 
 }  // namespace
+
+EvalSummary evaluateWeights(const config::LoadedConfig& lc, const std::string& weights) {
+  const auto& cfg = lc.cfg;
+  if (cfg.train.threads > 0) at::set_num_threads(static_cast<int>(cfg.train.threads));
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(weights, ec))
+    throw UsageError(fmt::format("--checkpoint '{}' not found", weights));
+  auto splits = data::loadDataset(cfg.data, static_cast<uint64_t>(cfg.seed));
+  torch::manual_seed(static_cast<uint64_t>(cfg.seed));
+  auto model = models::build(cfg.model, splits.train.exampleShape(), splits.train.num_classes);
+  const bool safetensors =
+      weights.size() > 12 && weights.substr(weights.size() - 12) == ".safetensors";
+  if (safetensors)
+    io::loadModuleState(*model, weights);
+  else
+    loadCheckpointModel(weights, *model);
+  const torch::Device device =
+      torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  model->to(device);
+  auto r = evaluate(model, splits.test, cfg.data.eval_batch_size, cfg.train.precision,
+                    dist::Runtime{}, nullptr, device);
+  return {r.accuracy, r.loss, splits.test.size()};
+}
 
 Summary runTraining(const config::LoadedConfig& lc, const TrainRequest& req,
                     const dist::Runtime& rt) {

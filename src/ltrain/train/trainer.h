@@ -22,6 +22,15 @@ struct Summary {
   std::string run_dir;
 };
 
+struct EvalSummary {
+  double test_accuracy = 0, test_loss = 0;
+  int64_t examples = 0;
+};
+
+// `ltrain eval`: the config's model with weights from a checkpoint (.pt) or a .safetensors file,
+// evaluated on the test split. UsageError for a missing or mismatched file.
+EvalSummary evaluateWeights(const config::LoadedConfig& lc, const std::string& weights);
+
 // Throws UsageError for bad data, shapes or run directories (before anything is written),
 // std::exception for failures during training (summary.json then says "failed").
 Summary runTraining(const config::LoadedConfig& lc, const TrainRequest& req,
