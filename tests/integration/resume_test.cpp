@@ -68,9 +68,11 @@ TEST_CASE("kill mid-epoch, resume: same losses and weights as an uninterrupted r
     ltrain::test::writeText(dir / "c.yaml", "seed: 3\n");
     auto full = runLtrain(args(dir / "c.yaml", dir / "full", accum));
     REQUIRE(full.exit_code == 0);
-    // Killed (SIGKILL) right after step 13; the newest checkpoint is step 12, mid-epoch.
-    auto killed =
-        runLtrain(args(dir / "c.yaml", dir / "cut", accum), {{"LTRAIN_FAULT_KILL_AT_STEP", "13"}});
+    // Killed (SIGKILL) mid-way through the last epoch (19 or 10 steps an epoch): the newest
+    // checkpoint is step 44 or 24, so the resumed run restarts inside the epoch the summary
+    // reports.
+    auto killed = runLtrain(args(dir / "c.yaml", dir / "cut", accum),
+                            {{"LTRAIN_FAULT_KILL_AT_STEP", accum == "1" ? "45" : "25"}});
     REQUIRE(killed.exit_code == 128 + 9);
     auto resumed = runLtrain(args(dir / "c.yaml", dir / "cut", accum));
     INFO(resumed.err);
@@ -81,6 +83,9 @@ TEST_CASE("kill mid-epoch, resume: same losses and weights as an uninterrupted r
     const auto b = trainLosses(readText(dir / "cut/metrics.jsonl"));
     CHECK(a.size() > 20);
     CHECK(a == b);
+    // The summary's mean training loss of the last epoch too, although the run restarted inside it.
+    CHECK(YAML::LoadFile(dir / "full/summary.json")["train_loss"].Scalar() ==
+          YAML::LoadFile(dir / "cut/summary.json")["train_loss"].Scalar());
     const std::string last = accum == "1" ? "step-00000057.pt" : "step-00000030.pt";
     auto wa = modelTensors(dir / ("full/checkpoints/" + last));
     auto wb = modelTensors(dir / ("cut/checkpoints/" + last));

@@ -69,6 +69,8 @@ void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::op
   ar.write("loss_scale", torch::tensor(s.loss_scale, torch::kDouble));
   ar.write("scale_growth_tracker", torch::tensor(s.scale_growth_tracker));
   ar.write("skipped_steps", torch::tensor(s.skipped_steps));
+  ar.write("epoch_loss_sum", torch::tensor(s.epoch_loss_sum, torch::kDouble));
+  ar.write("epoch_loss_count", torch::tensor(s.epoch_loss_count));
   {
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
@@ -115,6 +117,10 @@ LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
     s.loss_scale = scale.item<double>();
     s.scale_growth_tracker = readInt(ar, "scale_growth_tracker");
     s.skipped_steps = readInt(ar, "skipped_steps");
+    torch::Tensor loss_sum;
+    ar.read("epoch_loss_sum", loss_sum);
+    s.epoch_loss_sum = loss_sum.item<double>();
+    s.epoch_loss_count = readInt(ar, "epoch_loss_count");
     torch::Tensor rng;
     ar.read("rng_cpu", rng);
     auto gen = at::detail::getDefaultCPUGenerator();

@@ -18,6 +18,8 @@ struct LoopState {
   double loss_scale = 0;       // fp16's dynamic loss scale (0: not used)
   int64_t scale_growth_tracker = 0;
   int64_t skipped_steps = 0;  // steps skipped for inf/nan gradients
+  double epoch_loss_sum = 0;  // the current epoch's training losses so far (for summary.json)
+  int64_t epoch_loss_count = 0;
 };
 
 // Written atomically: a crash or a full disk leaves the previous checkpoint as it was.

@@ -208,7 +208,7 @@ class Loop {
     s.status = "completed";
     s.test_accuracy = last_eval_.accuracy;
     s.test_loss = last_eval_.loss;
-    s.train_loss = epoch_loss_count_ ? epoch_loss_sum_ / epoch_loss_count_ : 0;
+    s.train_loss = state_.epoch_loss_count ? state_.epoch_loss_sum / state_.epoch_loss_count : 0;
     s.steps = state_.step;
     s.epochs = state_.epoch;
     s.wall_s = secondsSince(start);
@@ -301,7 +301,7 @@ class Loop {
                         cfg_.data.drop_last, cfg_.data.num_workers, cfg_.data.prefetch,
                         state_.batch_in_epoch,
                         /*pin_memory=*/device_.is_cuda());
-    if (state_.batch_in_epoch == 0) epoch_loss_sum_ = 0, epoch_loss_count_ = 0;
+    if (state_.batch_in_epoch == 0) state_.epoch_loss_sum = 0, state_.epoch_loss_count = 0;
     model_->train();
     Window w;
     while (state_.step < total_steps_) {
@@ -321,7 +321,7 @@ class Loop {
       state_.batch_in_epoch += k;
       state_.samples += samples * rt_.world_size;
       w.loss += loss, ++w.steps, w.samples += samples * rt_.world_size;
-      epoch_loss_sum_ += loss, ++epoch_loss_count_;
+      state_.epoch_loss_sum += loss, ++state_.epoch_loss_count;
 
       if (state_.step % cfg_.train.log_every == 0 || state_.step == total_steps_) {
         logTrain(w, lr);
@@ -406,7 +406,8 @@ class Loop {
     j.add("status", status)
         .add("test_accuracy", last_eval_.accuracy)
         .add("test_loss", last_eval_.loss)
-        .add("train_loss", epoch_loss_count_ ? epoch_loss_sum_ / epoch_loss_count_ : 0.0)
+        .add("train_loss",
+             state_.epoch_loss_count ? state_.epoch_loss_sum / state_.epoch_loss_count : 0.0)
         .add("steps", state_.step)
         .add("epochs", state_.epoch)
         .add("wall_s", wall_s)
@@ -436,8 +437,6 @@ class Loop {
   MetricsLog metrics_;
   EvalResult last_eval_;
   int64_t last_eval_step_ = -1, last_ckpt_step_ = -1;
-  double epoch_loss_sum_ = 0;
-  int64_t epoch_loss_count_ = 0;
   double paused_s_ = 0;
   double first_step_wall_time_ = 0, peak_rss_mb_ = 0;
 };
