@@ -122,15 +122,7 @@ TEST_CASE("SIGTERM to the launcher reaches every worker and nothing is left behi
                                             "echo ready; sleep 600 & wait"});
   std::this_thread::sleep_for(std::chrono::milliseconds(1500));
   // The workers run in process groups of their own; remember them to check they are gone.
-  std::vector<int> groups;
-  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
-    const std::string name = e.path().filename();
-    if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::istringstream st(readText(e.path().string() + "/stat"));
-    std::string pid, comm, state, ppid, pgrp;
-    st >> pid >> comm >> state >> ppid >> pgrp;
-    if (std::stoi(ppid) == launcher.pid()) groups.push_back(std::stoi(pgrp));
-  }
+  const std::vector<int> groups = ltrain::test::childGroups(launcher.pid());
   REQUIRE(groups.size() == 2);
   const auto t0 = Clock::now();
   launcher.signal(SIGTERM);

@@ -101,20 +101,41 @@ int freePort() {
   return ntohs(a.sin_port);
 }
 
-// Zombies do not count: a container's PID 1 may never reap the orphans a killed worker leaves.
-bool groupAlive(int pgid) {
+namespace {
+struct ProcStat {
+  std::string state;
+  int ppid = 0, pgrp = 0;
+};
+// Every process's state, parent and group from /proc/<pid>/stat (the name in parentheses may hold
+// spaces, so the fields are read after its closing parenthesis).
+std::vector<ProcStat> allProcesses() {
+  std::vector<ProcStat> out;
   for (const auto& e : std::filesystem::directory_iterator("/proc")) {
     const std::string name = e.path().filename();
     if (name.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string stat = readText(e.path().string() + "/stat");
-    auto close_paren = stat.rfind(')');
-    if (close_paren == std::string::npos) continue;
+    const std::string stat = readText(e.path().string() + "/stat");
+    const auto close_paren = stat.rfind(')');
+    if (close_paren == std::string::npos) continue;  // gone meanwhile
     std::istringstream rest(stat.substr(close_paren + 2));
-    std::string state, ppid, pgrp;
-    rest >> state >> ppid >> pgrp;
-    if (state != "Z" && !pgrp.empty() && std::stoi(pgrp) == pgid) return true;
+    ProcStat p;
+    if (rest >> p.state >> p.ppid >> p.pgrp) out.push_back(p);
   }
+  return out;
+}
+}  // namespace
+
+// Zombies do not count: a container's PID 1 may never reap the orphans a killed worker leaves.
+bool groupAlive(int pgid) {
+  for (const auto& p : allProcesses())
+    if (p.state != "Z" && p.pgrp == pgid) return true;
   return false;
+}
+
+std::vector<int> childGroups(int pid) {
+  std::vector<int> out;
+  for (const auto& p : allProcesses())
+    if (p.ppid == pid && p.state != "Z") out.push_back(p.pgrp);
+  return out;
 }
 
 ProcessResult runLtrain(const std::vector<std::string>& args,

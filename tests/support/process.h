@@ -37,8 +37,10 @@ class BackgroundProcess {
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int freePort();
-// Whether any process is still in process group `pgid`.
+// Whether any process (zombies aside) is still in process group `pgid`.
 bool groupAlive(int pgid);
+// The process groups of the live children of `pid`.
+std::vector<int> childGroups(int pid);
 
 // A fresh directory under the system temp dir, removed when the object goes.
 class TempDir {

@@ -221,10 +221,10 @@ void DistributedDataParallel::finishBackward() {
   }
   if (used_work) {
     used_work->wait(opts_.timeout);
-    auto counts = used_any.cpu();
+    const auto counts_cpu = used_any.cpu();
+    const auto counts = counts_cpu.accessor<int32_t, 1>();
     for (size_t s = 0; s < slots_.size(); ++s)
-      if (counts[static_cast<int64_t>(s)].item<int32_t>() == 0)
-        slots_[s].param.mutable_grad().reset();
+      if (counts[static_cast<int64_t>(s)] == 0) slots_[s].param.mutable_grad().reset();
   }
   armed_ = false;
 }

@@ -5,6 +5,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <fstream>
+#include <set>
 
 #include "ltrain/common/errors.h"
 #include "ltrain/io/files.h"
@@ -166,14 +167,14 @@ void loadModuleState(torch::nn::Module& m, const std::string& path) {
     t.copy_(it->second);
     ++used;
   }
-  if (used != file.size())
-    for (const auto& [name, t] : file) {
-      bool known = false;
-      for (auto& [n, _] : moduleState(m)) known = known || n == name;
-      if (!known)
+  if (used != file.size()) {
+    std::set<std::string> known;
+    for (const auto& [n, _] : moduleState(m)) known.insert(n);
+    for (const auto& [name, t] : file)
+      if (!known.count(name))
         throw UsageError(fmt::format(
             "safetensors file '{}' has tensor '{}' that the model does not have", path, name));
-    }
+  }
 }
 
 }  // namespace ltrain::io

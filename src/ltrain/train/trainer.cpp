@@ -41,6 +41,12 @@ double wallTime() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// One process per device: cuda:<local rank> where CUDA is available, else the CPU.
+torch::Device deviceFor(int64_t local_rank) {
+  return torch::cuda::is_available() ? torch::Device(torch::kCUDA, static_cast<int>(local_rank))
+                                     : torch::Device(torch::kCPU);
+}
+
 struct EvalResult {
   double loss = 0, accuracy = 0;
 };
@@ -101,9 +107,7 @@ class Loop {
   Loop(const config::LoadedConfig& lc, const TrainRequest& req, const dist::Runtime& rt)
       : cfg_(lc.cfg), rt_(rt) {
     if (cfg_.train.threads > 0) at::set_num_threads(static_cast<int>(cfg_.train.threads));
-    device_ = torch::cuda::is_available()
-                  ? torch::Device(torch::kCUDA, static_cast<int>(rt_.local_rank))
-                  : torch::Device(torch::kCPU);
+    device_ = deviceFor(rt_.local_rank);
     dist::chooseBackend(cfg_.dist.backend,
                         device_);  // a backend that cannot serve the device fails now
     // Everything that can be wrong with data or shapes fails here, before the run directory is
@@ -458,8 +462,7 @@ EvalSummary evaluateWeights(const config::LoadedConfig& lc, const std::string& w
     io::loadModuleState(*model, weights);
   else
     loadCheckpointModel(weights, *model);
-  const torch::Device device =
-      torch::cuda::is_available() ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
+  const torch::Device device = deviceFor(0);
   model->to(device);
   auto r = evaluate(model, splits.test, cfg.data.eval_batch_size, cfg.train.precision,
                     dist::Runtime{}, nullptr, device);
