@@ -58,14 +58,62 @@ TEST_CASE("a checkpoint restores weights, optimizer state, position and the RNG 
   CHECK(ltrain::train::newestCheckpoint(dir.path()) == path);
 }
 
-TEST_CASE("a corrupt checkpoint is a usage error naming the file") {
+TEST_CASE("a corrupt checkpoint is a usage error naming the file and the damage") {
   ltrain::test::TempDir dir;
-  ltrain::test::writeText(dir / "step-00000001.pt", "not a checkpoint");
   auto cfg = ltrain::config::defaults();
   auto m = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
   auto opt = ltrain::train::makeOptimizer(cfg.optimizer, m->parameters());
-  CHECK_THROWS_WITH(ltrain::train::loadCheckpoint(dir / "step-00000001.pt", *m, *opt),
-                    Contains("step-00000001.pt' cannot be loaded"));
+  const std::string path = dir / "step-00000001.pt";
+  auto load = [&] { ltrain::train::loadCheckpoint(path, *m, *opt); };
+  ltrain::test::writeText(path, "not a checkpoint, but long enough");
+  CHECK_THROWS_WITH(load(), Contains("step-00000001.pt' is unusable: not an ltrain checkpoint"));
+  CHECK_THROWS_AS(load(), ltrain::UsageError);
+
+  ltrain::train::saveCheckpoint(path, *m, *opt, {1, 0, 0, 0});
+  const std::string good = ltrain::test::readText(path);
+  ltrain::test::writeText(path, good.substr(0, good.size() - 100));
+  CHECK_THROWS_WITH(load(), Contains("is unusable: truncated"));
+  for (size_t at : {size_t{30}, good.size() / 2, good.size() - 1}) {  // one bit anywhere
+    std::string flipped = good;
+    flipped[at] ^= 0x01;
+    ltrain::test::writeText(path, flipped);
+    CHECK_THROWS_WITH(load(), Contains("is unusable: checksum mismatch"));
+  }
+  ltrain::test::writeText(path, good);
+  CHECK_NOTHROW(load());
+}
+
+// A small tmpfs is a disk that fills up; mounting one needs root, so elsewhere this is skipped.
+TEST_CASE("a full disk fails the save clearly and leaves the previous checkpoint loadable") {
+  ltrain::test::TempDir dir;
+  auto cfg = ltrain::config::defaults();
+  auto m = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
+  auto opt = ltrain::train::makeOptimizer(cfg.optimizer, m->parameters());
+  ltrain::train::saveCheckpoint(dir / "probe.pt", *m, *opt, {});
+  const auto pages = (std::filesystem::file_size(dir / "probe.pt") + 4095) / 4096;
+  const std::string disk = dir / "disk";
+  std::filesystem::create_directory(disk);
+  // Room for one checkpoint and most of a second.
+  const std::string mount = "mount -t tmpfs -o size=" + std::to_string((2 * pages - 1) * 4096) +
+                            " ltrain-test " + disk + " 2>/dev/null";
+  if (std::system(mount.c_str()) != 0) {
+    SUCCEED("cannot mount a tmpfs here (not root); the full-disk case is not testable");
+    return;
+  }
+  struct Unmount {
+    std::string at;
+    ~Unmount() {
+      if (std::system(("umount " + at).c_str()) != 0) WARN("cannot unmount " << at);
+    }
+  } unmount{disk};
+  const std::string first = disk + "/step-00000001.pt";
+  ltrain::train::saveCheckpoint(first, *m, *opt, {1, 0, 0, 0});
+  CHECK_THROWS_WITH(ltrain::train::saveCheckpoint(disk + "/step-00000002.pt", *m, *opt, {2}),
+                    Contains("cannot write checkpoint '" + disk + "/step-00000002.pt'") &&
+                        Contains("No space left on device"));
+  CHECK_FALSE(std::filesystem::exists(disk + "/step-00000002.pt"));
+  CHECK(ltrain::train::checkpointsNewestFirst(disk) == std::vector<std::string>{first});
+  CHECK(ltrain::train::loadCheckpoint(first, *m, *opt).step == 1);
 }
 
 TEST_CASE("saving into an unwritable place fails clearly and leaves the previous file intact") {

@@ -7,10 +7,30 @@
 #include <regex>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/io/checksummed_file.h"
 #include "ltrain/io/files.h"
+
 
 namespace ltrain::train {
 namespace {
+
+constexpr std::string_view kMagic("LTCKPT1\n", 8);
+
+// Reads and verifies the whole file before torch's reader sees a byte of it; the error names the
+// file and says what is wrong with it.
+void openArchive(const std::string& path, torch::serialize::InputArchive& ar, std::string& bytes) {
+  try {
+    bytes = io::readFile(path);
+    auto payload = io::verifyChecksummed(bytes, kMagic, "an ltrain checkpoint");
+    ar.load_from(payload.data(), payload.size());
+  } catch (const c10::Error& e) {
+    std::string why = e.what_without_backtrace();
+    throw UsageError(fmt::format("checkpoint '{}' cannot be read: {}", path,
+                                 why.substr(0, why.find('\n'))));
+  } catch (const std::runtime_error& e) {
+    throw UsageError(fmt::format("checkpoint '{}' is unusable: {}", path, e.what()));
+  }
+}
 
 int64_t readInt(torch::serialize::InputArchive& ar, const char* key) {
   torch::Tensor t;
@@ -77,17 +97,36 @@ void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::op
     ar.write("rng_cpu", gen.get_state());
   }
   try {
-    io::replaceAtomic(path, [&](const std::string& tmp) { ar.save_to(tmp); });
+    io::writeChecksummed(path, kMagic, [&](const io::ByteSink& sink) {
+      // torch's zip writer must not see a failed write: neither an exception through its callback
+      // nor a short write (its destructor then throws, which terminates). The first failure is
+      // kept, the rest of the bytes are dropped, and the failure is raised once torch is done.
+      std::exception_ptr failure;
+      ar.save_to([&](const void* data, size_t size) -> size_t {
+        if (failure) return size;
+        try {
+          sink(data, size);
+        } catch (...) {
+          failure = std::current_exception();
+        }
+        return size;
+      });
+      if (failure) std::rethrow_exception(failure);
+    });
   } catch (const c10::Error& e) {
     throw std::runtime_error(
         fmt::format("cannot write checkpoint '{}': {}", path, e.what_without_backtrace()));
+  } catch (const std::runtime_error& e) {
+    // The previous checkpoints are untouched (atomic replace); say which file could not be made.
+    throw std::runtime_error(fmt::format("cannot write checkpoint '{}': {}", path, e.what()));
   }
 }
 
 void loadCheckpointModel(const std::string& path, torch::nn::Module& model) {
   try {
     torch::serialize::InputArchive ar, model_ar;
-    ar.load_from(path);
+    std::string bytes;
+    openArchive(path, ar, bytes);
     ar.read("model", model_ar);
     model.load(model_ar);
   } catch (const c10::Error& e) {
@@ -103,7 +142,8 @@ LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
   LoopState s;
   try {
     torch::serialize::InputArchive ar, model_ar, opt_ar;
-    ar.load_from(path);
+    std::string bytes;
+    openArchive(path, ar, bytes);
     ar.read("model", model_ar);
     ar.read("optimizer", opt_ar);
     model.load(model_ar);
