@@ -11,6 +11,8 @@
 #include <iostream>
 
 #include "ltrain/common/allocator.h"
+#include "ltrain/common/error_report.h"
+
 #include "ltrain/common/errors.h"
 #include "ltrain/config/emit.h"
 #include "ltrain/config/load.h"
@@ -60,6 +62,8 @@ int cmdTrain(const Args& a) {
   auto rt = ltrain::dist::runtimeFromEnv();
   spdlog::set_pattern("[%H:%M:%S] %v");  // under a launcher, it prefixes each line with the rank
   auto s = ltrain::train::runTraining(lc, {a.output_dir, a.overwrite}, rt);
+  if (s.stop_signal != 0)
+    return 128 + s.stop_signal;  // 143 for SIGTERM, 130 for SIGINT, as torchrun
   if (rt.isMain())
     fmt::print("test_accuracy {:.4f}  test_loss {:.4f}  steps {}  wall {:.1f}s  run {}\n",
                s.test_accuracy, s.test_loss, s.steps, s.wall_s, s.run_dir);
@@ -92,20 +96,8 @@ std::string oneLine(std::string s) {
   return nl == std::string::npos ? s : s.substr(0, nl);
 }
 
-// Under a launcher, the failure also goes to torchrun's error file, which the launcher reports.
 int fail(int code, const std::string& message) {
-  std::cerr << "ltrain: error: " << message << "\n";
-  if (const char* path = std::getenv("TORCHELASTIC_ERROR_FILE")) {
-    try {
-      ltrain::io::writeFileAtomic(
-          path,
-          fmt::format(
-              "{{\"message\": {{\"message\": {}, \"extraInfo\": {{\"timestamp\": \"{}\"}}}}}}\n",
-              ltrain::io::JsonObject::quote(message), std::time(nullptr)));
-    } catch (const std::exception&) {
-      // The message is on stderr already; the error file is a courtesy.
-    }
-  }
+  ltrain::reportError(message);
   return code;
 }
 

@@ -66,6 +66,8 @@ struct TrainConfig {
   std::string resume;
   int64_t keep_checkpoints;
   int64_t threads;
+  std::string nonfinite;  // stop | skip: what a step with inf/nan gradients does
+  std::string on_signal;  // checkpoint | stop: what SIGTERM/SIGINT do
 };
 
 struct DistConfig {

@@ -251,6 +251,17 @@ std::vector<Option> buildSchema() {
           .atLeast(0),
       LT_OPT(train.threads, "Intra-op CPU threads per process; 0: torch's default", int64_t{0})
           .atLeast(0),
+      LT_OPT(train.nonfinite,
+             "A step whose gradients hold inf or nan: stop the run naming the step, or skip it "
+             "(counted as skipped_steps); all ranks decide together. fp16 always skips (its loss "
+             "scaler)",
+             S("stop"))
+          .oneOf({"stop", "skip"}),
+      LT_OPT(train.on_signal,
+             "On SIGTERM or SIGINT every rank finishes its step, then: checkpoint (rank 0 saves, "
+             "the next launch resumes) or stop; exit code 143 or 130",
+             S("checkpoint"))
+          .oneOf({"checkpoint", "stop"}),
 
       LT_OPT(dist.backend, "Collective backend", S("auto")).oneOf({"auto", "nccl", "gloo"}),
       LT_OPT(dist.bucket_cap_mb, "Gradient bucket size in MiB (the first bucket is 1 MiB)", 25.0)

@@ -11,6 +11,7 @@
 
 #include <thread>
 
+#include "ltrain/common/error_report.h"
 #include "ltrain/common/errors.h"
 
 namespace ltrain::dist {
@@ -26,11 +27,11 @@ bool isLoopback(const std::string& addr) {
   return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
 }
 
-c10::intrusive_ptr<c10d::Store> openStore(const Runtime& rt, Ms timeout) {
+c10::intrusive_ptr<c10d::Store> openStore(const Runtime& rt, Ms timeout, bool may_host) {
   const std::string where = fmt::format("{}:{}", rt.master_addr, rt.master_port);
   c10d::TCPStoreOptions o;
   o.port = static_cast<uint16_t>(rt.master_port);
-  o.isServer = !rt.agent_store && rt.rank == 0;
+  o.isServer = may_host && !rt.agent_store && rt.rank == 0;
   o.numWorkers = std::nullopt;  // our own barrier below names the ranks that never arrive
   o.waitWorkers = false;
   o.timeout = timeout;
@@ -73,8 +74,14 @@ std::shared_ptr<Comm> Comm::connect(const Runtime& rt, const config::DistConfig&
   c->device_ = device;
   c->timeout_ = Ms(cfg.timeout_s * 1000);
   c->backend_name_ = chooseBackend(cfg.backend, device);
-  c->store_ = openStore(rt, c->timeout_);
+  c->store_ = openStore(rt, c->timeout_, true);
   c->barrier("rendezvous");
+  // The watchdog's own connection: its heartbeat must not queue behind a blocking wait.
+  c->watchdog_ = std::make_unique<Watchdog>(openStore(rt, c->timeout_, false), rt.rank,
+                                            rt.world_size, c->timeout_, [](const std::string& m) {
+                                              reportError(m);
+                                              std::_Exit(1);  // the launcher ends the rest
+                                            });
 
   auto pg_store = c10::make_intrusive<c10d::PrefixStore>("pg", c->store_);
   try {
@@ -105,6 +112,7 @@ std::shared_ptr<Comm> Comm::connect(const Runtime& rt, const config::DistConfig&
 }
 
 void Comm::barrier(const std::string& name) {
+  Watchdog::Waiting waiting(watchdog_.get());
   const std::string key = "barrier/" + name;
   store_->set(fmt::format("{}/{}", key, rt_.rank), std::vector<uint8_t>{1});
   int64_t arrived = store_->add(key, 1);
@@ -127,6 +135,7 @@ void Comm::barrier(const std::string& name) {
 }
 
 std::string Comm::broadcastString(const std::string& key, const std::string& value) {
+  Watchdog::Waiting waiting(watchdog_.get());
   const std::string k = "bcast/" + key;
   if (rt_.rank == 0) store_->set(k, std::vector<uint8_t>(value.begin(), value.end()));
   store_->wait({k}, timeout_);
@@ -137,6 +146,7 @@ std::string Comm::broadcastString(const std::string& key, const std::string& val
 std::vector<double> Comm::allreduceSum(const std::vector<double>& values) {
   auto t = torch::tensor(values, torch::kDouble).to(device_);
   std::vector<at::Tensor> ts{t};
+  Watchdog::Waiting waiting(watchdog_.get());
   backend_->allreduce(ts)->wait(timeout_);
   auto cpu = t.cpu();
   return std::vector<double>(cpu.data_ptr<double>(), cpu.data_ptr<double>() + cpu.numel());

@@ -12,6 +12,7 @@
 
 #include "ltrain/config/experiment_config.h"
 #include "ltrain/dist/runtime.h"
+#include "ltrain/dist/watchdog.h"
 
 namespace ltrain::dist {
 
@@ -28,6 +29,8 @@ class Comm {
   c10::Device device() const { return device_; }
   std::chrono::milliseconds timeout() const { return timeout_; }
   std::string backendName() const { return backend_name_; }
+  // Hang detection (see watchdog.h); the training loop reports its step and phase to it.
+  Watchdog& watchdog() { return *watchdog_; }
 
   // Sum of `values` over all ranks (small reductions: losses, counts).
   std::vector<double> allreduceSum(const std::vector<double>& values);
@@ -43,6 +46,7 @@ class Comm {
   c10::Device device_{c10::kCPU};
   std::chrono::milliseconds timeout_{0};
   std::string backend_name_;
+  std::unique_ptr<Watchdog> watchdog_;
 };
 
 // "gloo" or "nccl" for dist.backend (auto: nccl on CUDA, gloo otherwise); UsageError for a

@@ -20,7 +20,8 @@ void putLe(char* out, uint64_t v, int bytes) {
 
 uint64_t getLe(const char* in, int bytes) {
   uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= static_cast<uint64_t>(static_cast<uint8_t>(in[i])) << (8 * i);
+  for (int i = 0; i < bytes; ++i)
+    v |= static_cast<uint64_t>(static_cast<uint8_t>(in[i])) << (8 * i);
   return v;
 }
 
@@ -114,8 +115,9 @@ std::string_view verifyChecksummed(std::string_view bytes, std::string_view magi
   const uint32_t computed =
       crcUpdate(static_cast<uint32_t>(::crc32(0, nullptr, 0)), payload.data(), payload.size());
   if (computed != stored)
-    throw std::runtime_error(fmt::format(
-        "checksum mismatch (stored {:08x}, computed {:08x}): the file is corrupt", stored, computed));
+    throw std::runtime_error(
+        fmt::format("checksum mismatch (stored {:08x}, computed {:08x}): the file is corrupt",
+                    stored, computed));
   return payload;
 }
 

@@ -14,7 +14,7 @@ struct LaunchOptions {
   int master_port = 29500;  // 0: a free port (single node)
   int max_restarts = 0;
   std::string log_dir;   // per-rank logs; empty: none
-  double grace_s = 5.0;  // SIGTERM, then SIGKILL after this long
+  double grace_s = 30.0;  // SIGTERM, then SIGKILL after this long (torchrun's default)
   std::string run_id = "none";
   std::vector<std::string> program;  // PROGRAM ARGS...
 };

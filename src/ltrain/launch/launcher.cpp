@@ -132,6 +132,17 @@ class Launcher {
       }
       if (failed_rank < 0) return 0;
       const Worker& w = workers_[failed_rank];
+      if (WIFEXITED(w.status) &&
+          (WEXITSTATUS(w.status) == 128 + SIGTERM || WEXITSTATUS(w.status) == 128 + SIGINT)) {
+        // A worker stopped on a signal of its own (a cluster manager signalled the whole job):
+        // its peers stop after the same step and rank 0 checkpoints; wait for them, then stop.
+        const int code = WEXITSTATUS(w.status);
+        say(fmt::format("rank {} stopped on a signal (exit code {}); not restarting", w.rank,
+                        code));
+        waitForAll(o_.grace_s);
+        stopAll(SIGTERM);
+        return code;
+      }
       stopAll(SIGTERM);
       report(w, attempt);
       if (WIFEXITED(w.status) && WEXITSTATUS(w.status) == 2) {
@@ -283,20 +294,27 @@ class Launcher {
     }
   }
 
+  void waitForAll(double seconds) {
+    const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                          std::chrono::duration<double>(seconds));
+    auto running = [&] {
+      for (auto& w : workers_)
+        if (w.pid > 0 && !w.exited) return true;
+      return false;
+    };
+    while (running() && Clock::now() < until) pump(50), reap();
+  }
+
   void stopAll(int sig) {
     // Workers never started (pid -1) are marked done: kill(-(-1)) would signal process 1.
     for (auto& w : workers_)
       if (w.pid <= 0) w.exited = true;
     for (auto& w : workers_)
-      if (!w.exited) kill(-w.pid, sig);
-    const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(o_.grace_s));
-    auto running = [&] {
-      for (auto& w : workers_)
-        if (!w.exited) return true;
-      return false;
-    };
-    while (running() && Clock::now() < until) pump(50), reap();
+      if (!w.exited) {
+        kill(-w.pid, sig);
+        kill(-w.pid, SIGCONT);  // a stopped worker must run to act on it (or to die)
+      }
+    waitForAll(o_.grace_s);
     for (auto& w : workers_)
       if (!w.exited) {
         say(fmt::format("rank {} did not stop within {} s; sending SIGKILL", w.rank, o_.grace_s));

@@ -10,7 +10,6 @@
 #include "ltrain/io/checksummed_file.h"
 #include "ltrain/io/files.h"
 
-
 namespace ltrain::train {
 namespace {
 
@@ -25,8 +24,8 @@ void openArchive(const std::string& path, torch::serialize::InputArchive& ar, st
     ar.load_from(payload.data(), payload.size());
   } catch (const c10::Error& e) {
     std::string why = e.what_without_backtrace();
-    throw UsageError(fmt::format("checkpoint '{}' cannot be read: {}", path,
-                                 why.substr(0, why.find('\n'))));
+    throw UsageError(
+        fmt::format("checkpoint '{}' cannot be read: {}", path, why.substr(0, why.find('\n'))));
   } catch (const std::runtime_error& e) {
     throw UsageError(fmt::format("checkpoint '{}' is unusable: {}", path, e.what()));
   }

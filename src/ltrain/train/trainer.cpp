@@ -29,6 +29,7 @@
 #include "ltrain/train/precision.h"
 #include "ltrain/train/run_dir.h"
 #include "ltrain/train/schedule.h"
+#include "ltrain/train/stop_signal.h"
 
 namespace ltrain::train {
 namespace {
@@ -81,10 +82,12 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
   return {sums[0] / ds.size(), sums[1] / ds.size()};
 }
 
-// Test hook for crash-and-resume tests: LTRAIN_FAULT_KILL_AT_STEP=STEP[:RANK] kills this process
-// with SIGKILL right after that step, on the first attempt only (a restarted job runs through).
-bool faultAt(int64_t step, const dist::Runtime& rt) {
-  static const char* spec = std::getenv("LTRAIN_FAULT_KILL_AT_STEP");
+// Test hooks for failure tests, each LTRAIN_FAULT_<WHAT>_AT_STEP=STEP[:RANK] and on the first
+// attempt only (a restarted job runs through): KILL sends SIGKILL to itself after that step, NAN
+// makes that step's loss nan, SIGNAL sends itself SIGTERM after it, HANG spins in that step's
+// forward pass and STOP sends itself SIGSTOP there.
+bool faultAt(const char* what, int64_t step, const dist::Runtime& rt) {
+  const char* spec = std::getenv(fmt::format("LTRAIN_FAULT_{}_AT_STEP", what).c_str());
   if (!spec || rt.restart_count > 0) return false;
   int64_t at_step = std::atoll(spec), rank = 0;
   if (const char* colon = std::strchr(spec, ':')) rank = std::atoll(colon + 1);
@@ -95,7 +98,7 @@ bool faultAt(int64_t step, const dist::Runtime& rt) {
 struct Window {
   Clock::time_point start = Clock::now();
   double loss = 0, comm_wait_s = 0, data_wait_s = 0;
-  int64_t steps = 0, samples = 0, allreduce_calls = 0;
+  int64_t steps = 0, loss_steps = 0, samples = 0, allreduce_calls = 0;  // loss_steps: not skipped
 };
 
 constexpr const char* kRankZeroFailed =
@@ -191,8 +194,9 @@ class Loop {
     const auto start = Clock::now();
     double train_seconds = 0;
     int64_t samples_this_run = 0;
+    StopSignal stop_signal;  // from here on SIGTERM/SIGINT end the run after a step
     try {
-      while (state_.step < total_steps_ && state_.epoch < cfg_.train.epochs) {
+      while (state_.step < total_steps_ && state_.epoch < cfg_.train.epochs && !stop_signal_) {
         auto t0 = Clock::now();
         const int64_t before = state_.samples;
         runEpoch();
@@ -200,6 +204,7 @@ class Loop {
         samples_this_run += state_.samples - before;
         paused_s_ = 0;
       }
+      if (stop_signal_) return stopOnSignal(secondsSince(start));
       if (last_eval_step_ != state_.step) evaluateAndLog();
       if (last_ckpt_step_ != state_.step) checkpoint();
     } catch (const UsageError&) {
@@ -229,8 +234,12 @@ class Loop {
   }
 
  private:
-  // One optimizer step of k micro-batches; returns this rank's mean loss.
+  // One optimizer step of k micro-batches; returns this rank's mean loss, nan for a skipped step.
   double step(data::Loader& loader, int64_t k, int64_t& samples, Window& w) {
+    if (comm_) {
+      comm_->watchdog().setStep(state_.step);
+      comm_->watchdog().setPhase(dist::Phase::kCompute);
+    }
     optimizer_->zero_grad();
     torch::Tensor step_loss = torch::zeros({}, device_);
     data::Batch b;
@@ -249,8 +258,12 @@ class Loop {
         AutocastScope autocast(cfg_.train.precision, device_.type());
         loss = torch::nn::functional::cross_entropy(model_->forward(x).to(torch::kFloat), y);
       }
+      injectFaults(loss);
       (scaler_.enabled() ? loss * (scaler_.scale() / k) : loss / k).backward();
-      if (ddp_ && sync) ddp_->finishBackward();
+      if (ddp_ && sync) {
+        dist::Watchdog::Waiting waiting(&comm_->watchdog());
+        ddp_->finishBackward();
+      }
       step_loss += loss.detach() / k;
       samples += b.targets.size(0);
     }
@@ -259,21 +272,71 @@ class Loop {
       for (double s : ddp_->lastStep().bucket_wait_s) w.comm_wait_s += s;
     }
     // Gradients are identical on every rank after the reduction (an inf or nan anywhere reaches
-    // every rank through the sum), so decisions taken on them are the same on every rank.
-    if (scaler_.enabled()) {
-      if (!scaler_.unscaleAndUpdate(model_->parameters())) {
-        ++state_.skipped_steps;
-        return step_loss.item<double>();
-      }
-    } else if (ddp_ && !gradientsFinite()) {
-      throw std::runtime_error(
-          fmt::format("gradients are not finite at step {} (loss on rank {}: {})", state_.step + 1,
-                      rt_.rank, step_loss.item<double>()));
+    // every rank through the sum), so decisions taken on them are the same on every rank: all
+    // skip, or all stop, at the same step.
+    const bool finite =
+        scaler_.enabled() ? scaler_.unscaleAndUpdate(model_->parameters()) : gradientsFinite();
+    if (!finite) {
+      if (!scaler_.enabled() && cfg_.train.nonfinite == "stop")
+        throw std::runtime_error(fmt::format(
+            "gradients are not finite at step {} (epoch {}, batches {}-{} of the epoch; loss on "
+            "rank {}: {}); train.nonfinite=skip would skip such steps",
+            state_.step + 1, state_.epoch + 1, state_.batch_in_epoch, state_.batch_in_epoch + k - 1,
+            rt_.rank, step_loss.item<double>()));
+      ++state_.skipped_steps;
+      optimizer_->zero_grad();
+      return std::nan("");
     }
     if (cfg_.train.clip_grad_norm > 0)
       torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.train.clip_grad_norm);
     optimizer_->step();
     return step_loss.item<double>();
+  }
+
+  // Every rank stopped after the same step; rank 0 saves it (train.on_signal=checkpoint) and the
+  // others wait for that, so that nothing exits before the checkpoint is on disk.
+  Summary stopOnSignal(double wall_s) {
+    const char* name = stop_signal_ == SIGINT ? "SIGINT" : "SIGTERM";
+    const bool save = cfg_.train.on_signal == "checkpoint";
+    if (save && last_ckpt_step_ != state_.step) checkpoint();
+    if (comm_) comm_->backend()->barrier()->wait(comm_->timeout());
+    if (rt_.isMain())
+      spdlog::warn("stopped by {} after step {}{}", name, state_.step,
+                   save ? fmt::format("; checkpoint {} holds it, and the next launch resumes there",
+                                      checkpointPath(run_.checkpoints(), state_.step))
+                        : " (train.on_signal=stop: no checkpoint written)");
+    writeSummary("interrupted", wall_s, 0, fmt::format("stopped by {}", name));
+    Summary s;
+    s.status = "interrupted";
+    s.steps = state_.step;
+    s.epochs = state_.epoch;
+    s.run_dir = run_.path;
+    s.stop_signal = stop_signal_;
+    return s;
+  }
+
+  // The signal vote: each rank's pending signal, the largest wins. Started with the step and
+  // awaited after it, so the tiny allreduce overlaps the step's compute; a signal that arrives
+  // during a step therefore stops the job one step later, on every rank at the same step.
+  void launchStopVote() {
+    stop_vote_ = torch::full({1}, static_cast<float>(StopSignal::pending()), device_);
+    std::vector<at::Tensor> ts{stop_vote_};
+    stop_work_ = comm_->backend()->allreduce(ts, c10d::AllreduceOptions{c10d::ReduceOp::MAX});
+  }
+  int collectStopVote() {
+    dist::Watchdog::Waiting waiting(&comm_->watchdog());
+    stop_work_->wait(comm_->timeout());
+    stop_work_.reset();
+    return static_cast<int>(stop_vote_.item<float>());
+  }
+
+  void injectFaults(torch::Tensor& loss) {
+    const int64_t s = state_.step + 1;
+    if (faultAt("NAN", s, rt_)) loss = loss * std::nan("");
+    if (faultAt("STOP", s, rt_)) std::raise(SIGSTOP);
+    if (faultAt("HANG", s, rt_))
+      for (volatile bool spin = true; spin;) {
+      }
   }
 
   void resumeWithFallback() {
@@ -314,18 +377,15 @@ class Loop {
       const double lr = learningRate(cfg_.optimizer, cfg_.scheduler, state_.step, total_steps_);
       setLearningRate(*optimizer_, lr);
       int64_t samples = 0;
+      if (comm_) launchStopVote();
       const double loss = step(loader, k, samples, w);
-      // One process decides on its loss; several decided together on the gradients in step(), and
-      // fp16's scaler skips such steps.
-      if (!ddp_ && !scaler_.enabled() && !std::isfinite(loss))
-        throw std::runtime_error(fmt::format("training loss is {} at step {} on rank {}", loss,
-                                             state_.step + 1, rt_.rank));
       ++state_.step;
       if (first_step_wall_time_ == 0) first_step_wall_time_ = wallTime();
       state_.batch_in_epoch += k;
       state_.samples += samples * rt_.world_size;
-      w.loss += loss, ++w.steps, w.samples += samples * rt_.world_size;
-      state_.epoch_loss_sum += loss, ++state_.epoch_loss_count;
+      ++w.steps, w.samples += samples * rt_.world_size;
+      if (!std::isnan(loss))  // a skipped step's loss stays out of the averages
+        w.loss += loss, ++w.loss_steps, state_.epoch_loss_sum += loss, ++state_.epoch_loss_count;
 
       if (state_.step % cfg_.train.log_every == 0 || state_.step == total_steps_) {
         logTrain(w, lr);
@@ -343,14 +403,20 @@ class Loop {
       const double paused = secondsSince(t_pause);
       paused_s_ += paused;
       w.start += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(paused));
-      if (faultAt(state_.step, rt_)) std::raise(SIGKILL);
+      if (faultAt("KILL", state_.step, rt_)) std::raise(SIGKILL);
+      if (faultAt("SIGNAL", state_.step, rt_)) std::raise(SIGTERM);
+      stop_signal_ = comm_ ? collectStopVote() : StopSignal::pending();
+      if (stop_signal_ != 0) {
+        if (state_.step % cfg_.train.log_every != 0 && state_.step != total_steps_) logTrain(w, lr);
+        return;
+      }
       if (epoch_done) break;
     }
   }
 
   void logTrain(const Window& w, double lr) {
     const double secs = secondsSince(w.start);
-    double loss = w.loss / w.steps;
+    double loss = w.loss_steps > 0 ? w.loss / w.loss_steps : std::nan("");
     if (comm_) loss = comm_->allreduceSum({loss})[0] / rt_.world_size;  // the mean over ranks
     if (!rt_.isMain()) return;
     const double samples_per_s = secs > 0 ? w.samples / secs : 0;
@@ -367,15 +433,28 @@ class Loop {
         .add("wall_time", wallTime());
     j.add("data_wait_ms_per_step", 1000.0 * w.data_wait_s / w.steps)
         .add("data_wait_share", secs > 0 ? w.data_wait_s / secs : 0.0);
-    if (scaler_.enabled())
-      j.add("loss_scale", scaler_.scale()).add("skipped_steps", state_.skipped_steps);
+    j.add("skipped_steps", state_.skipped_steps);
+    if (scaler_.enabled()) j.add("loss_scale", scaler_.scale());
     if (ddp_)
       j.add("allreduce_per_step", static_cast<double>(w.allreduce_calls) / w.steps)
           .add("comm_wait_ms_per_step", 1000.0 * w.comm_wait_s / w.steps);
     metrics_.write(j);
   }
 
+  // What the watchdog reports about this rank while it is away from the collectives.
+  struct PhaseScope {
+    PhaseScope(dist::Comm* c, dist::Phase p) : comm(c) {
+      if (comm) before = comm->watchdog().phase(), comm->watchdog().setPhase(p);
+    }
+    ~PhaseScope() {
+      if (comm) comm->watchdog().setPhase(before);
+    }
+    dist::Comm* comm;
+    dist::Phase before = dist::Phase::kCompute;
+  };
+
   void evaluateAndLog() {
+    PhaseScope phase(comm_.get(), dist::Phase::kEvaluate);
     last_eval_ = evaluate(model_, splits_.test, cfg_.data.eval_batch_size, cfg_.train.precision,
                           rt_, comm_.get(), device_);
     last_eval_step_ = state_.step;
@@ -394,6 +473,7 @@ class Loop {
   void checkpoint() {
     last_ckpt_step_ = state_.step;
     if (!rt_.isMain()) return;
+    PhaseScope phase(comm_.get(), dist::Phase::kCheckpoint);
     state_.loss_scale = scaler_.enabled() ? scaler_.scale() : 0;
     state_.scale_growth_tracker = scaler_.growthTracker();
     saveCheckpoint(checkpointPath(run_.checkpoints(), state_.step), *model_, *optimizer_, state_);
@@ -442,6 +522,9 @@ class Loop {
   EvalResult last_eval_;
   int64_t last_eval_step_ = -1, last_ckpt_step_ = -1;
   double paused_s_ = 0;
+  int stop_signal_ = 0;
+  torch::Tensor stop_vote_;
+  c10::intrusive_ptr<c10d::Work> stop_work_;
   double first_step_wall_time_ = 0, peak_rss_mb_ = 0;
 };
 

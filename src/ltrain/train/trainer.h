@@ -20,6 +20,7 @@ struct Summary {
   double wall_s = 0, samples_per_s = 0;
   int64_t world_size = 1;
   std::string run_dir;
+  int stop_signal = 0;  // SIGTERM/SIGINT stopped the run after step `steps` (exit 128 + signal)
 };
 
 struct EvalSummary {

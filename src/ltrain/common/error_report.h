@@ -1,0 +1,10 @@
+// How a failure leaves the process: one "ltrain: error: ..." line on stderr and, under a launcher,
+// torchrun's error file (TORCHELASTIC_ERROR_FILE), which the launcher reads for its report.
+#pragma once
+#include <string>
+
+namespace ltrain {
+
+void reportError(const std::string& message);
+
+}  // namespace ltrain

@@ -1,0 +1,172 @@
+#include "ltrain/dist/watchdog.h"
+
+#include <fmt/format.h>
+
+#include <sstream>
+
+namespace ltrain::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using Ms = std::chrono::milliseconds;
+
+int64_t nowNs() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+std::string key(int64_t rank) {
+  return fmt::format("heartbeat/{}", rank);
+}
+
+struct Beat {
+  int64_t counter = -1, step = 0;
+  int phase = 0;
+};
+Beat parse(const std::string& s) {
+  Beat b;
+  std::istringstream in(s);
+  in >> b.counter >> b.step >> b.phase;
+  return b;
+}
+
+std::string rankList(const std::vector<int64_t>& ranks) {
+  std::string out;
+  for (auto r : ranks) out += (out.empty() ? "" : ", ") + std::to_string(r);
+  return out;
+}
+
+}  // namespace
+
+const char* phaseName(Phase p) {
+  switch (p) {
+    case Phase::kStartup:
+      return "starting up";
+    case Phase::kCompute:
+      return "computing";
+    case Phase::kCommunicate:
+      return "communicating";
+    case Phase::kEvaluate:
+      return "evaluating";
+    case Phase::kCheckpoint:
+      return "writing a checkpoint";
+  }
+  return "?";
+}
+
+Watchdog::Watchdog(c10::intrusive_ptr<c10d::Store> store, int64_t rank, int64_t world_size,
+                   Ms timeout, std::function<void(const std::string&)> on_hang)
+    : store_(std::move(store)),
+      rank_(rank),
+      world_size_(world_size),
+      timeout_(timeout),
+      // Ten looks per timeout, within [100 ms, 2 s]; the verdict comes two periods before the
+      // collectives' own timeout.
+      period_(std::clamp<Ms>(timeout / 10, Ms(100), Ms(2000))),
+      limit_(std::max<Ms>(timeout - 2 * period_, period_)),
+      on_hang_(std::move(on_hang)),
+      peers_(static_cast<size_t>(world_size)) {
+  beat();  // the key exists before any peer can look for it
+  thread_ = std::thread([this] { run(); });
+}
+
+Watchdog::~Watchdog() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+Watchdog::Waiting::Waiting(Watchdog* w) : w_(w) {
+  if (!w_) return;
+  before_ = w_->phase();
+  w_->setPhase(Phase::kCommunicate);
+  w_->wait_since_ns_.store(nowNs(), std::memory_order_relaxed);
+}
+
+Watchdog::Waiting::~Waiting() {
+  if (!w_) return;
+  w_->wait_since_ns_.store(0, std::memory_order_relaxed);
+  w_->setPhase(before_);
+}
+
+void Watchdog::beat() {
+  const std::string v = fmt::format("{} {} {}", ++counter_, step_.load(), phase_.load());
+  store_->set(key(rank_), std::vector<uint8_t>(v.begin(), v.end()));
+}
+
+void Watchdog::run() {
+  auto store_ok = Clock::now();
+  std::vector<std::string> keys;
+  for (int64_t r = 0; r < world_size_; ++r) keys.push_back(key(r));
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!cv_.wait_for(lock, period_, [this] { return stop_; })) {
+    lock.unlock();
+    const auto now = Clock::now();
+    try {
+      beat();
+      // Until every rank has published once, a read would block on the missing keys.
+      if (!all_published_) all_published_ = store_->check(keys);
+      auto values = all_published_ ? store_->multiGet(keys) : std::vector<std::vector<uint8_t>>{};
+      for (size_t r = 0; r < values.size(); ++r) {
+        std::string v(values[r].begin(), values[r].end());
+        if (v != peers_[r].beat || peers_[r].changed == Clock::time_point{})
+          peers_[r].beat = v, peers_[r].changed = now;
+      }
+      store_ok = now;
+    } catch (const std::exception& e) {
+      if (now - store_ok > limit_)
+        on_hang_(fmt::format(
+            "rank {}: the rendezvous store has not answered for {:.0f} s (its host, rank 0 or the "
+            "launcher, may be stopped or dead)",
+            rank_, std::chrono::duration<double>(now - store_ok).count()));
+    }
+    const int64_t since = wait_since_ns_.load(std::memory_order_relaxed);
+    if (since != 0) {
+      const double waited_s = (nowNs() - since) / 1e9;
+      if (waited_s > std::chrono::duration<double>(limit_).count()) on_hang_(diagnose(waited_s));
+    }
+    lock.lock();
+  }
+}
+
+std::string Watchdog::diagnose(double waited_s) {
+  const auto now = Clock::now();
+  const int64_t my_step = step_.load();
+  std::vector<int64_t> silent, busy;
+  std::string busy_what;
+  double silent_s = 0;
+  for (int64_t r = 0; r < world_size_; ++r) {
+    if (r == rank_) continue;
+    const auto& p = peers_[static_cast<size_t>(r)];
+    const double quiet = std::chrono::duration<double>(now - p.changed).count();
+    const Beat b = parse(p.beat);
+    if (quiet > std::chrono::duration<double>(limit_).count()) {
+      silent.push_back(r);
+      silent_s = std::max(silent_s, quiet);
+    } else if (static_cast<Phase>(b.phase) != Phase::kCommunicate) {
+      busy.push_back(r);
+      if (busy_what.empty())
+        busy_what = fmt::format("rank {} is {} at step {}", r,
+                                phaseName(static_cast<Phase>(b.phase)), b.step + 1);
+    }
+  }
+  if (!silent.empty())
+    return fmt::format(
+        "rank(s) {} stopped responding: no heartbeat for {:.0f} s (stopped, hung or dead), while "
+        "rank {} waited {:.0f} s for them at step {} (dist.timeout_s={})",
+        rankList(silent), silent_s, rank_, waited_s, my_step + 1, timeout_.count() / 1000);
+  if (!busy.empty())
+    return fmt::format(
+        "rank(s) {} are alive but not communicating ({}), while rank {} waited {:.0f} s for them "
+        "at step {} (dist.timeout_s={})",
+        rankList(busy), busy_what, rank_, waited_s, my_step + 1, timeout_.count() / 1000);
+  return fmt::format(
+      "rank {} waited {:.0f} s at step {} in a collective that never completed, though every rank "
+      "is alive and communicating (a network problem, or ranks out of step) (dist.timeout_s={})",
+      rank_, waited_s, my_step + 1, timeout_.count() / 1000);
+}
+
+}  // namespace ltrain::dist

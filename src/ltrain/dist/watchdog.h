@@ -1,0 +1,79 @@
+// Hang detection for a multi-process job. Each rank publishes a heartbeat in the rendezvous store
+// from a thread of its own: a counter, its step and what it is doing. A rank that has waited in
+// communication for most of dist.timeout_s reads the others' heartbeats and ends its process with
+// an error that names the rank(s) holding the job up: silent ones (no heartbeat: stopped, hung in
+// the kernel or dead) or busy ones (alive but not communicating: an endless loop, a slow
+// checkpoint). The launcher then tears the job down. It fires before the collectives' own timeout,
+// whose message could not say which peer is missing.
+#pragma once
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace ltrain::dist {
+
+enum class Phase : int { kStartup, kCompute, kCommunicate, kEvaluate, kCheckpoint };
+const char* phaseName(Phase p);
+
+class Watchdog {
+ public:
+  // `store` must be a connection of its own: a blocking wait on a shared one would stall the
+  // heartbeat. `on_hang(message)` must not return (it ends the process).
+  Watchdog(c10::intrusive_ptr<c10d::Store> store, int64_t rank, int64_t world_size,
+           std::chrono::milliseconds timeout, std::function<void(const std::string&)> on_hang);
+  ~Watchdog();
+  Watchdog(const Watchdog&) = delete;
+  Watchdog& operator=(const Watchdog&) = delete;
+
+  void setStep(int64_t step) { step_.store(step, std::memory_order_relaxed); }
+  void setPhase(Phase p) { phase_.store(static_cast<int>(p), std::memory_order_relaxed); }
+  Phase phase() const { return static_cast<Phase>(phase_.load(std::memory_order_relaxed)); }
+
+  // Marks the caller as waiting in communication until it goes (then the previous phase is back).
+  class Waiting {
+   public:
+    explicit Waiting(Watchdog* w);
+    ~Waiting();
+    Waiting(const Waiting&) = delete;
+    Waiting& operator=(const Waiting&) = delete;
+
+   private:
+    Watchdog* w_;
+    Phase before_ = Phase::kStartup;
+  };
+
+  std::chrono::milliseconds period() const { return period_; }
+
+ private:
+  struct Peer {
+    std::string beat;  // the last heartbeat read
+    std::chrono::steady_clock::time_point changed{};
+  };
+  void run();
+  void beat();
+  std::string diagnose(double waited_s);
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  int64_t rank_, world_size_;
+  std::chrono::milliseconds timeout_, period_, limit_;
+  std::function<void(const std::string&)> on_hang_;
+  std::atomic<int64_t> step_{0};
+  std::atomic<int> phase_{static_cast<int>(Phase::kStartup)};
+  std::atomic<int64_t> wait_since_ns_{0};  // steady clock; 0: not waiting
+  std::vector<Peer> peers_;
+  int64_t counter_ = 0;
+  bool all_published_ = false;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace ltrain::dist

@@ -1,0 +1,75 @@
+// A rank that stops responding makes the others fail within dist.timeout_s with an error naming
+// it, the launcher ends the job, and no process of the job is left behind.
+#include <catch2/catch.hpp>
+
+#include <chrono>
+#include <thread>
+
+#include "support/process.h"
+#include "test_paths.h"
+
+using Catch::Matchers::Contains;
+using ltrain::test::TempDir;
+
+namespace {
+
+struct Outcome {
+  ltrain::test::ProcessResult result;
+  double seconds = 0;
+  std::vector<int> groups;  // the workers' process groups, seen while they ran
+};
+
+Outcome runHanging(const std::string& fault, const std::string& spec) {
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 1\n");
+  std::vector<std::string> argv{LTRAIN_BINARY,
+                                "train",
+                                dir / "c.yaml",
+                                "--nproc-per-node",
+                                "3",
+                                "--grace",
+                                "2",
+                                "data.dataset=synthetic",
+                                "data.synthetic_shape=[1,6,6]",
+                                "data.synthetic_train_samples=960",
+                                "data.synthetic_test_samples=64",
+                                "data.batch_size=16",
+                                "model.hidden=[32]",
+                                "dist.timeout_s=5",
+                                "--output-dir",
+                                dir / "run"};
+  const auto t0 = std::chrono::steady_clock::now();
+  ltrain::test::BackgroundProcess job(argv, {{"LTRAIN_FAULT_" + fault + "_AT_STEP", spec}});
+  Outcome o;
+  while (o.groups.size() < 3 && std::chrono::steady_clock::now() - t0 < std::chrono::seconds(20)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    o.groups = ltrain::test::childGroups(job.pid());
+  }
+  o.result = job.wait();
+  o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a stopped rank (SIGSTOP) is named by the others and the job ends cleanly", "[dist]") {
+  auto o = runHanging("STOP", "5:1");
+  INFO(o.result.out << o.result.err);
+  CHECK(o.result.exit_code == 1);
+  CHECK_THAT(o.result.err, Contains("rank(s) 1 stopped responding: no heartbeat for"));
+  CHECK_THAT(o.result.err, Contains("(dist.timeout_s=5)"));
+  CHECK(o.seconds < 30);  // start-up, 5 s of timeout, 2 s of grace: nothing waits longer
+  REQUIRE(o.groups.size() == 3);
+  for (int g : o.groups) CHECK(!ltrain::test::groupAlive(g));
+}
+
+TEST_CASE("a rank stuck in an endless loop is named as alive but not communicating", "[dist]") {
+  auto o = runHanging("HANG", "5:2");
+  INFO(o.result.out << o.result.err);
+  CHECK(o.result.exit_code == 1);
+  CHECK_THAT(o.result.err, Contains("rank(s) 2 are alive but not communicating (rank 2 is "
+                                    "computing at step 5)"));
+  CHECK(o.seconds < 30);
+  REQUIRE(o.groups.size() == 3);
+  for (int g : o.groups) CHECK(!ltrain::test::groupAlive(g));
+}
