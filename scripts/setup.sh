@@ -13,6 +13,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config zlib1g-dev
   libcli11-dev libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 libgloo-dev
   dataset-fashion-mnist
+  clang libclang-rt-14-dev iproute2  # fuzzing (libFuzzer), multi-node tests (ip netns)
 )
 
 did=0

@@ -42,17 +42,20 @@ std::string selfExe() {
   return ec ? "ltrain" : p.string();
 }
 
-// `ltrain train CONFIG --nproc-per-node N`: validate and prepare the run directory here, then run
-// the same command as N workers under the launcher.
+// `ltrain train CONFIG --nproc-per-node N`: check what can be checked here, then run the same
+// command as N workers under the launcher. Rank 0 prepares (and with --overwrite empties) the run
+// directory once the data and model have loaded, so a bad input never costs the old run.
 int trainLaunched(const Args& a) {
   auto lc = ltrain::config::loadConfig(a.config, a.overrides);
-  auto rd = ltrain::train::prepareRunDir(lc, a.output_dir, a.overwrite, true);
+  auto rd = ltrain::train::prepareRunDir(lc, a.output_dir, a.overwrite, /*create=*/false);
   ltrain::launch::LaunchOptions lo = a.launch;
   lo.nproc_per_node = a.nproc;
+  ltrain::launch::checkLaunchable(lo, lc.cfg.dist.backend);
   if (lo.log_dir.empty()) lo.log_dir = rd.path + "/logs";
   lo.program = {selfExe(), "train", a.config};
   lo.program.insert(lo.program.end(), a.overrides.begin(), a.overrides.end());
   lo.program.insert(lo.program.end(), {"--output-dir", rd.path});
+  if (a.overwrite) lo.program.push_back("--overwrite");
   return ltrain::launch::runLauncher(lo);
 }
 
@@ -163,6 +166,18 @@ int main(int argc, char** argv) {
   launch->footer(
       "\nExample: ltrain launch --nproc-per-node 2 -- build/ltrain train configs/quickstart.yaml");
 
+  // CLI11 says only "A subcommand is required" for a misspelt one; name it and the choices.
+  std::string names;
+  bool known = false;
+  for (const auto* s : app.get_subcommands({})) {
+    names += (names.empty() ? "" : ", ") + s->get_name();
+    known = known || (argc > 1 && s->get_name() == argv[1]);
+  }
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    std::cerr << "ltrain: error: unknown command '" << argv[1] << "': expected one of " << names
+              << " (see ltrain --help)\n";
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

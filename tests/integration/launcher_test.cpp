@@ -114,6 +114,7 @@ TEST_CASE("a worker's bad input is reported with exit code 2 and not restarted",
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("not restarting"));
   CHECK_THAT(r.err, Contains("is not a directory"));
+  CHECK(ltrain::test::countLines(r.err) == 1);  // one line, as from a single process
 }
 
 TEST_CASE("SIGTERM to the launcher reaches every worker and nothing is left behind", "[dist]") {

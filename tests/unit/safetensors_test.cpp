@@ -77,7 +77,8 @@ TEST_CASE("broken safetensors files are usage errors naming the problem") {
   ltrain::test::writeText(dir / "short", "abc");
   CHECK_THAT(errorOf(dir / "short"), Contains("truncated"));
   ltrain::test::writeText(dir / "long", withHeader("{}", 0).replace(0, 1, "\x7f"));
-  CHECK_THAT(errorOf(dir / "long"), Contains("exceeds the file"));
+  CHECK_THAT(errorOf(dir / "long"),
+             Contains("is not a safetensors file or is truncated: its header length field says"));
   ltrain::test::writeText(dir / "json", withHeader("{not json", 0));
   CHECK_THAT(errorOf(dir / "json"), Contains("not valid JSON"));
   ltrain::test::writeText(

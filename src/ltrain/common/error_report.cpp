@@ -11,7 +11,20 @@
 
 namespace ltrain {
 
-void reportError(const std::string& message) {
+namespace {
+// One line of printable text: messages may quote bytes of a binary file or a multi-line library
+// error, and a terminal or a log parser must get the one line promised.
+std::string printable(const std::string& s) {
+  std::string out = s.substr(0, s.find('\n'));
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  while (!out.empty() && (out.back() == ' ' || out.back() == ':')) out.pop_back();
+  return out;
+}
+}  // namespace
+
+void reportError(const std::string& raw) {
+  const std::string message = printable(raw);
   fmt::print(stderr, "ltrain: error: {}\n", message);
   std::fflush(stderr);
   if (const char* path = std::getenv("TORCHELASTIC_ERROR_FILE")) {

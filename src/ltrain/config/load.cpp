@@ -34,10 +34,15 @@ struct Builder {
   }
 
   void walk(const YAML::Node& map, const std::string& prefix, const std::string& origin) {
+    std::map<std::string, int> seen;  // key -> line: YAML parsers keep the last of two silently
     for (auto it = map.begin(); it != map.end(); ++it) {
       const auto mark = it->first.Mark();
       const std::string where = fmt::format("{}:{}", origin, mark.line + 1);
       if (!it->first.IsScalar()) throw UsageError(where + ": keys must be plain names");
+      auto [first, fresh] = seen.emplace(it->first.Scalar(), mark.line + 1);
+      if (!fresh)
+        throw UsageError(fmt::format("{}: duplicate key '{}' (already set on line {})", where,
+                                     it->first.Scalar(), first->second));
       const std::string path =
           prefix.empty() ? it->first.Scalar() : prefix + "." + it->first.Scalar();
       if (const Option* opt = findOption(path)) {
@@ -112,7 +117,12 @@ LoadedConfig loadConfigText(const std::string& text, const std::string& origin,
 
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    auto docs = YAML::LoadAll(text);
+    if (docs.size() > 1)
+      throw UsageError(
+          fmt::format("{}:{}: a second YAML document ('---'); expected one mapping of config keys",
+                      origin, docs[1].Mark().line + 1));
+    if (!docs.empty()) root = docs[0];
   } catch (const YAML::Exception& e) {
     throw UsageError(fmt::format("{}:{}: invalid YAML: {}", origin, e.mark.line + 1, e.msg));
   }

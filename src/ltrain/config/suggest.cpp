@@ -41,6 +41,12 @@ std::string closestKey(const std::string& key) {
     size_t by_leaf = editDistance(leaf(key), leaf(o.path)) + 1;
     size_t score = std::min(full, by_leaf);
     if (score < best_score) best_score = score, best = o.path;
+    // A misspelt section name ("modle:").
+    for (size_t dot = o.path.find('.'); dot != std::string::npos; dot = o.path.find('.', dot + 1)) {
+      const std::string section = o.path.substr(0, dot);
+      size_t d = editDistance(key, section);
+      if (d < best_score) best_score = d, best = section;
+    }
   }
   size_t limit = std::max<size_t>(2, leaf(key).size() / 3 + 1);
   return best_score <= limit ? best : "";

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <zlib.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 
@@ -15,12 +17,21 @@ struct GzCloser {
   void operator()(gzFile_s* f) const { gzclose(f); }
 };
 
-// gzread reads compressed and plain files alike.
-size_t readFully(gzFile f, uint8_t* dst, size_t n) {
+// gzread reads compressed and plain files alike. A short count means the file ended; damaged
+// compressed data is an error of its own.
+size_t readFully(gzFile f, uint8_t* dst, size_t n, const std::string& path) {
   size_t done = 0;
   while (done < n) {
     unsigned chunk = static_cast<unsigned>(std::min<size_t>(n - done, 1u << 30));
     int got = gzread(f, dst + done, chunk);
+    if (got < 0 || (got == 0 && done < n)) {
+      int errnum = Z_OK;
+      const char* msg = gzerror(f, &errnum);
+      if (errnum == Z_DATA_ERROR || errnum == Z_STREAM_ERROR || errnum == Z_MEM_ERROR ||
+          errnum == Z_ERRNO)
+        throw UsageError(fmt::format("data file '{}' is corrupt: {}", path,
+                                     errnum == Z_ERRNO ? std::strerror(errno) : msg));
+    }
     if (got <= 0) break;
     done += static_cast<size_t>(got);
   }
@@ -37,7 +48,7 @@ IdxArray readIdx(const std::string& path) {
   if (!f) throw UsageError(fmt::format("data file '{}' cannot be opened", path));
 
   uint8_t magic[4];
-  if (readFully(f.get(), magic, 4) != 4)
+  if (readFully(f.get(), magic, 4, path) != 4)
     throw UsageError(
         fmt::format("data file '{}' is truncated: expected a 4-byte IDX header", path));
   const int ndim = magic[3];
@@ -51,7 +62,7 @@ IdxArray readIdx(const std::string& path) {
   size_t total = 1;
   for (int d = 0; d < ndim; ++d) {
     uint8_t b[4];
-    if (readFully(f.get(), b, 4) != 4)
+    if (readFully(f.get(), b, 4, path) != 4)
       throw UsageError(fmt::format("data file '{}' is truncated inside its header", path));
     const uint32_t size =
         (uint32_t(b[0]) << 24) | (uint32_t(b[1]) << 16) | (uint32_t(b[2]) << 8) | b[3];
@@ -59,18 +70,24 @@ IdxArray readIdx(const std::string& path) {
       throw UsageError(
           fmt::format("data file '{}': dimension {} has size {}, expected 1..2^28", path, d, size));
     out.dims.push_back(size);
-    total *= size;
+    total *= size;  // at most 2^34 * 2^28 here: no overflow before the check
+    if (total > (size_t(1) << 34))
+      throw UsageError(fmt::format("data file '{}' declares more than 2^34 bytes of data", path));
   }
-  if (total > (size_t(1) << 34))
-    throw UsageError(
-        fmt::format("data file '{}' declares {} bytes of data, too many", path, total));
-  out.bytes.resize(total);
-  const size_t got = readFully(f.get(), out.bytes.data(), total);
+  // Grown as the data arrives: a corrupt header may declare gigabytes that the file does not hold.
+  size_t got = 0;
+  while (got < total) {
+    const size_t want = std::min(total - got, size_t(64) << 20);
+    out.bytes.resize(got + want);
+    const size_t n = readFully(f.get(), out.bytes.data() + got, want, path);
+    got += n;
+    if (n < want) break;
+  }
   if (got != total)
     throw UsageError(fmt::format("data file '{}' is truncated: expected {} bytes of data, found {}",
                                  path, total, got));
   uint8_t extra;
-  if (readFully(f.get(), &extra, 1) != 0)
+  if (readFully(f.get(), &extra, 1, path) != 0)
     throw UsageError(
         fmt::format("data file '{}' has bytes after the {} its header declares", path, total));
   int errnum = 0;

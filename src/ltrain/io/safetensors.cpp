@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 #include <yaml-cpp/yaml.h>
 
+#include <filesystem>
 #include <fstream>
 #include <set>
 
@@ -66,6 +67,10 @@ void saveSafetensors(const std::string& path, const NamedTensors& tensors,
 }
 
 std::map<std::string, torch::Tensor> loadSafetensors(const std::string& path) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw UsageError(
+        fmt::format("safetensors file '{}' is a directory, expected a .safetensors file", path));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UsageError(fmt::format("safetensors file '{}' not found or unreadable", path));
   in.seekg(0, std::ios::end);
@@ -79,7 +84,9 @@ std::map<std::string, torch::Tensor> loadSafetensors(const std::string& path) {
   for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
   if (n > size - 8 || n > (100u << 20))
     throw UsageError(
-        fmt::format("safetensors file '{}': header length {} exceeds the file", path, n));
+        fmt::format("safetensors file '{}' is not a safetensors file or is truncated: its "
+                    "header length field says {} bytes, the file holds {}",
+                    path, n, size - 8));
   std::string header(n, '\0');
   in.read(header.data(), static_cast<std::streamsize>(n));
   YAML::Node root;

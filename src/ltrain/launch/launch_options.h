@@ -13,7 +13,7 @@ struct LaunchOptions {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;  // 0: a free port (single node)
   int max_restarts = 0;
-  std::string log_dir;   // per-rank logs; empty: none
+  std::string log_dir;    // per-rank logs; empty: none
   double grace_s = 30.0;  // SIGTERM, then SIGKILL after this long (torchrun's default)
   std::string run_id = "none";
   std::vector<std::string> program;  // PROGRAM ARGS...

@@ -82,19 +82,22 @@ std::vector<std::string> mergedEnvironment(const std::map<std::string, std::stri
   return out;
 }
 
+int validatedNproc(const LaunchOptions& o) {
+  const int gpus = static_cast<int>(torch::cuda::device_count());
+  const int nproc =
+      resolveNproc(o.nproc_per_node, gpus, static_cast<int>(std::thread::hardware_concurrency()));
+  if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes)
+    throw UsageError(fmt::format("--node-rank {} is outside --nnodes {}", o.node_rank, o.nnodes));
+  if (o.program.empty()) throw UsageError("launch: expected a PROGRAM to run after --");
+  if (o.nnodes > 1 && o.master_port == 0)
+    throw UsageError(
+        "--master-port 0 picks a port on this node only; a multi-node job needs a fixed port");
+  return nproc;
+}
+
 class Launcher {
  public:
-  explicit Launcher(const LaunchOptions& o) : o_(o) {
-    const int gpus = static_cast<int>(torch::cuda::device_count());
-    nproc_ =
-        resolveNproc(o.nproc_per_node, gpus, static_cast<int>(std::thread::hardware_concurrency()));
-    if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes)
-      throw UsageError(fmt::format("--node-rank {} is outside --nnodes {}", o.node_rank, o.nnodes));
-    if (o.program.empty()) throw UsageError("launch: expected a PROGRAM to run after --");
-    if (o.nnodes > 1 && o.master_port == 0)
-      throw UsageError(
-          "--master-port 0 picks a port on this node only; a multi-node job needs a fixed port");
-  }
+  explicit Launcher(const LaunchOptions& o) : o_(o), nproc_(validatedNproc(o)) {}
 
   int run() {
     try {
@@ -144,11 +147,19 @@ class Launcher {
         return code;
       }
       stopAll(SIGTERM);
-      report(w, attempt);
       if (WIFEXITED(w.status) && WEXITSTATUS(w.status) == 2) {
-        say("the failure is bad usage or input (exit code 2); not restarting");
+        // Bad usage or input: one line, as from a single process; a restart cannot fix it.
+        const std::string why = errorMessage(w);
+        if (why.empty()) {
+          report(w, attempt);
+          say("the failure is bad usage or input (exit code 2); not restarting");
+        } else {
+          fmt::print(stderr, "ltrain: error: {} (rank {}; bad usage or input, not restarting)\n",
+                     why, w.rank);
+        }
         return 2;
       }
+      report(w, attempt);
       if (attempt >= o_.max_restarts) {
         say(fmt::format("no restarts left (--max-restarts {}); the job failed", o_.max_restarts));
         return 1;
@@ -337,21 +348,26 @@ class Launcher {
       if (w.fd >= 0) close(w.fd), w.fd = -1;
   }
 
+  // The message of the worker's torchrun error file, or "" when it left none.
+  static std::string errorMessage(const Worker& w) {
+    std::error_code ec;
+    if (!std::filesystem::exists(w.error_file, ec)) return "";
+    try {
+      static const std::regex msg(R"re("message":\s*"((?:[^"\\]|\\.)*)")re");
+      std::smatch m;
+      const std::string text = io::readFile(w.error_file);
+      if (std::regex_search(text, m, msg)) return m[1].str();
+    } catch (const std::exception&) {
+      // The exit status and the last output still say what happened.
+    }
+    return "";
+  }
+
   void report(const Worker& w, int attempt) {
     say(fmt::format("worker rank {} (local rank {}, pid {}) failed at {} on attempt {}: {}", w.rank,
                     w.local_rank, w.pid, clock(), attempt, describeStatus(w.status)));
-    std::error_code ec;
-    if (std::filesystem::exists(w.error_file, ec)) {
-      try {
-        static const std::regex msg(R"re("message":\s*"((?:[^"\\]|\\.)*)")re");
-        std::smatch m;
-        const std::string text = io::readFile(w.error_file);
-        if (std::regex_search(text, m, msg))
-          say(fmt::format("rank {} error: {}", w.rank, m[1].str()));
-      } catch (const std::exception&) {
-        // The exit status and the last output below still say what happened.
-      }
-    }
+    const std::string why = errorMessage(w);
+    if (!why.empty()) say(fmt::format("rank {} error: {}", w.rank, why));
     if (!w.tail.empty()) {
       say(fmt::format("last output of rank {}:", w.rank));
       for (const auto& line : w.tail) fmt::print(stderr, "    {}\n", line);
@@ -365,6 +381,15 @@ class Launcher {
 };
 
 }  // namespace
+
+void checkLaunchable(const LaunchOptions& opts, const std::string& backend) {
+  LaunchOptions o = opts;
+  if (o.program.empty()) o.program = {"ltrain"};
+  validatedNproc(o);
+  if (backend == "nccl" && torch::cuda::device_count() == 0)
+    throw UsageError(
+        "dist.backend=nccl needs CUDA devices and none is available here; use gloo or auto");
+}
 
 int runLauncher(const LaunchOptions& opts) {
   Launcher l(opts);

@@ -10,4 +10,8 @@ namespace ltrain::launch {
 // usage (never restarted: a restart cannot fix it); 130/143 after SIGINT/SIGTERM; 1 otherwise.
 int runLauncher(const LaunchOptions& opts);
 
+// The launch options' own checks (worker count, node rank, program), and that the workers' device
+// can serve the collective `backend` (nccl needs CUDA). UsageError before anything starts.
+void checkLaunchable(const LaunchOptions& opts, const std::string& backend);
+
 }  // namespace ltrain::launch

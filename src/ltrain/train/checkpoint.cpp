@@ -1,6 +1,7 @@
 #include "ltrain/train/checkpoint.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <filesystem>
@@ -29,6 +30,26 @@ void openArchive(const std::string& path, torch::serialize::InputArchive& ar, st
   } catch (const std::runtime_error& e) {
     throw UsageError(fmt::format("checkpoint '{}' is unusable: {}", path, e.what()));
   }
+}
+
+// torch's archive reader replaces a tensor whatever its shape; a checkpoint of another model
+// must not slip in that way. Shapes are taken before the load and compared after it.
+std::vector<std::pair<std::string, std::vector<int64_t>>> shapes(const torch::nn::Module& m) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  for (const auto& p : m.named_parameters()) out.emplace_back(p.key(), p.value().sizes().vec());
+  for (const auto& b : m.named_buffers()) out.emplace_back(b.key(), b.value().sizes().vec());
+  return out;
+}
+void checkSameShapes(const std::string& path,
+                     const std::vector<std::pair<std::string, std::vector<int64_t>>>& expected,
+                     const torch::nn::Module& m) {
+  const auto got = shapes(m);
+  for (size_t i = 0; i < expected.size() && i < got.size(); ++i)
+    if (got[i].second != expected[i].second)
+      throw UsageError(fmt::format(
+          "checkpoint '{}' is from another model: '{}' has shape [{}] there, this config's model "
+          "expects [{}]",
+          path, got[i].first, fmt::join(got[i].second, ", "), fmt::join(expected[i].second, ", ")));
 }
 
 int64_t readInt(torch::serialize::InputArchive& ar, const char* key) {
@@ -127,7 +148,9 @@ void loadCheckpointModel(const std::string& path, torch::nn::Module& model) {
     std::string bytes;
     openArchive(path, ar, bytes);
     ar.read("model", model_ar);
+    const auto expected = shapes(model);
     model.load(model_ar);
+    checkSameShapes(path, expected, model);
   } catch (const c10::Error& e) {
     std::string why = e.what_without_backtrace();
     throw UsageError(
@@ -145,7 +168,9 @@ LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
     openArchive(path, ar, bytes);
     ar.read("model", model_ar);
     ar.read("optimizer", opt_ar);
+    const auto expected = shapes(model);
     model.load(model_ar);
+    checkSameShapes(path, expected, model);
     opt.load(opt_ar);
     s.step = readInt(ar, "step");
     s.epoch = readInt(ar, "epoch");

@@ -25,7 +25,7 @@ std::string runStatus(const std::string& run_dir) {
 }
 
 RunDir prepareRunDir(const config::LoadedConfig& lc, const std::string& output_dir_flag,
-                     bool overwrite, bool create) {
+                     bool overwrite, bool create, const std::string& keep) {
   const auto& cfg = lc.cfg;
   RunDir rd;
   rd.path = output_dir_flag.empty() ? cfg.output_dir + "/" + cfg.name : output_dir_flag;
@@ -37,10 +37,13 @@ RunDir prepareRunDir(const config::LoadedConfig& lc, const std::string& output_d
   const auto newest = newestCheckpoint(rd.checkpoints());
   const bool explicit_ckpt = cfg.train.resume != "auto" && cfg.train.resume != "never";
 
+  if (explicit_ckpt && !fs::is_regular_file(cfg.train.resume, ec))
+    throw UsageError(fmt::format("train.resume: checkpoint file '{}' not found", cfg.train.resume));
   if (overwrite) {
     if (create && fs::exists(rd.path, ec)) {
       // Asked for: the old run's files go, the directory itself stays.
-      for (const auto& e : fs::directory_iterator(rd.path)) fs::remove_all(e.path());
+      for (const auto& e : fs::directory_iterator(rd.path))
+        if (keep.empty() || e.path().filename() != keep) fs::remove_all(e.path());
     }
   } else if (status == "completed") {
     throw UsageError(
@@ -57,12 +60,7 @@ RunDir prepareRunDir(const config::LoadedConfig& lc, const std::string& output_d
     auto all = checkpointsNewestFirst(rd.checkpoints());
     rd.fallbacks.assign(all.begin() + 1, all.end());
   }
-  if (explicit_ckpt) {
-    if (!fs::is_regular_file(cfg.train.resume, ec))
-      throw UsageError(
-          fmt::format("train.resume: checkpoint file '{}' not found", cfg.train.resume));
-    rd.resume_from = cfg.train.resume;
-  }
+  if (explicit_ckpt) rd.resume_from = cfg.train.resume;
 
   if (create) {
     fs::create_directories(rd.checkpoints(), ec);

@@ -19,10 +19,12 @@ struct RunDir {
 };
 
 // Decides the directory and whether to resume; with `create`, makes it and writes config.yaml and
-// overrides.txt (rank 0 only). Throws UsageError for a finished run without `overwrite`, a resume
-// checkpoint that is missing, or a directory that cannot be made.
+// overrides.txt (rank 0 only), after emptying it first with `overwrite` (all but `keep`: the
+// launcher's logs of this very run). Every check comes before anything is deleted. Throws
+// UsageError for a finished run without `overwrite`, a resume checkpoint that is missing, or a
+// directory that cannot be made.
 RunDir prepareRunDir(const config::LoadedConfig& lc, const std::string& output_dir_flag,
-                     bool overwrite, bool create);
+                     bool overwrite, bool create, const std::string& keep = "");
 
 // "completed", "failed", ... from summary.json, or "" when there is none.
 std::string runStatus(const std::string& run_dir);

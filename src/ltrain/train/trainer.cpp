@@ -138,7 +138,9 @@ class Loop {
     // Rank 0 alone decides about and writes the run directory; the others follow its decision.
     if (rt_.isMain()) {
       try {
-        run_ = prepareRunDir(lc, req.output_dir, req.overwrite, true);
+        // --overwrite is for the first attempt: a restarted job resumes what it has written.
+        run_ = prepareRunDir(lc, req.output_dir, req.overwrite && rt_.restart_count == 0, true,
+                             rt_.distributed() ? "logs" : "");
       } catch (const UsageError& e) {
         // The other ranks would otherwise wait dist.timeout_s for a run directory.
         if (comm_) comm_->broadcastString("run_dir", std::string(kRankZeroFailed) + e.what());
@@ -535,7 +537,11 @@ EvalSummary evaluateWeights(const config::LoadedConfig& lc, const std::string& w
   if (cfg.train.threads > 0) at::set_num_threads(static_cast<int>(cfg.train.threads));
   std::error_code ec;
   if (!std::filesystem::is_regular_file(weights, ec))
-    throw UsageError(fmt::format("--checkpoint '{}' not found", weights));
+    throw UsageError(
+        std::filesystem::is_directory(weights, ec)
+            ? fmt::format("--checkpoint '{}' is a directory, expected a .pt or .safetensors file",
+                          weights)
+            : fmt::format("--checkpoint '{}' not found", weights));
   auto splits = data::loadDataset(cfg.data, static_cast<uint64_t>(cfg.seed));
   torch::manual_seed(static_cast<uint64_t>(cfg.seed));
   auto model = models::build(cfg.model, splits.train.exampleShape(), splits.train.num_classes);
