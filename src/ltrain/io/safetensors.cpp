@@ -105,13 +105,16 @@ std::map<std::string, torch::Tensor> loadSafetensors(const std::string& path) {
   std::map<std::string, torch::Tensor> out;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (auto it = root.begin(); it != root.end(); ++it) {
-    const std::string name = it->first.as<std::string>();
+    // Copies: the iterator's pair is a temporary (found by tests/fuzz/fuzz_safetensors).
+    const YAML::Node key = it->first, e = it->second;
+    if (!key.IsScalar())
+      throw UsageError(fmt::format("safetensors file '{}': a tensor name is not a string", path));
+    const std::string name = key.Scalar();
     if (name == "__metadata__") continue;
-    const auto& e = it->second;
     auto bad = [&](const std::string& what) {
       return UsageError(fmt::format("safetensors file '{}': tensor '{}' {}", path, name, what));
     };
-    if (!e.IsMap() || !e["dtype"] || !e["shape"] || !e["data_offsets"] ||
+    if (!e.IsMap() || !e["dtype"] || !e["shape"] || !e["data_offsets"] || !e["dtype"].IsScalar() ||
         !e["shape"].IsSequence() || !e["data_offsets"].IsSequence() ||
         e["data_offsets"].size() != 2)
       throw bad("needs dtype, shape and data_offsets [begin, end]");
@@ -123,7 +126,15 @@ std::map<std::string, torch::Tensor> loadSafetensors(const std::string& path) {
     std::vector<int64_t> shape;
     int64_t numel = 1;
     try {
-      for (const auto& d : e["shape"]) shape.push_back(d.as<int64_t>()), numel *= shape.back();
+      for (const auto& d : e["shape"]) {
+        shape.push_back(d.as<int64_t>());
+        // No negative sizes, and no product that could overflow (the file's size is checked below,
+        // with a message that says it may be truncated).
+        constexpr int64_t kMaxElements = int64_t{1} << 50;
+        if (shape.back() < 0 || (shape.back() > 0 && numel > kMaxElements / shape.back()))
+          throw bad("has a negative or impossibly large shape");
+        numel *= shape.back();
+      }
     } catch (const YAML::Exception&) {
       throw bad("has a shape that is not a list of integers");
     }

@@ -1,0 +1,27 @@
+// libFuzzer target: the checkpoint reader (checksummed frame, then torch's archive) for the model
+// of the seed corpus (an MLP with hidden [8] on 1x6x6 inputs, 10 classes, SGD). Rejections must
+// be UsageErrors naming the file.
+#include <torch/torch.h>
+
+#include "fuzz_file.h"
+#include "ltrain/common/errors.h"
+#include "ltrain/config/schema.h"
+#include "ltrain/models/model.h"
+#include "ltrain/train/checkpoint.h"
+#include "ltrain/train/optimizer.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  static auto cfg = [] {
+    auto c = ltrain::config::defaults();
+    c.model.hidden = {8};
+    return c;
+  }();
+  auto model = ltrain::models::build(cfg.model, {1, 6, 6}, 10);
+  auto opt = ltrain::train::makeOptimizer(cfg.optimizer, model->parameters());
+  const std::string path = ltrain::fuzz::writeScratch(data, size, ".pt");
+  try {
+    ltrain::train::loadCheckpoint(path, *model, *opt);
+  } catch (const ltrain::UsageError&) {
+  }
+  return 0;
+}

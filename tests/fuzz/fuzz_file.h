@@ -1,0 +1,22 @@
+// The readers under fuzzing take paths, as in the product: each input goes through a scratch
+// file (in memory where /dev/shm exists).
+#pragma once
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <string>
+
+namespace ltrain::fuzz {
+
+inline std::string writeScratch(const uint8_t* data, size_t size, const char* suffix) {
+  static const std::string dir = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
+  const std::string path = dir + "/ltrain-fuzz-" + std::to_string(getpid()) + suffix;
+  FILE* f = std::fopen(path.c_str(), "wb");
+  if (!f) std::abort();
+  if (size > 0 && std::fwrite(data, 1, size, f) != size) std::abort();
+  std::fclose(f);
+  return path;
+}
+
+}  // namespace ltrain::fuzz
