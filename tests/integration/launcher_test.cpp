@@ -217,3 +217,39 @@ TEST_CASE("when rank 0 refuses the run directory, the other ranks stop at once w
   CHECK_THAT(b.err, Contains("rank 0 could not prepare the run directory"));
   CHECK(since(t0) < 30);  // not dist.timeout_s
 }
+
+namespace {
+// Local addresses (hex, as /proc/net/tcp writes them) of the sockets listening on `port`.
+std::vector<std::string> listeners(int port) {
+  std::vector<std::string> out;
+  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
+    std::istringstream in(readText(table));
+    std::string line;
+    std::getline(in, line);  // header
+    while (std::getline(in, line)) {
+      std::istringstream f(line);
+      std::string slot, local, remote, state;
+      f >> slot >> local >> remote >> state;
+      const auto colon = local.rfind(':');
+      if (state == "0A" && std::stoi(local.substr(colon + 1), nullptr, 16) == port)
+        out.push_back(local.substr(0, colon));
+    }
+  }
+  return out;
+}
+}  // namespace
+
+TEST_CASE("a single-node job's store listens on loopback only", "[dist]") {
+  const int port = ltrain::test::freePort();
+  ltrain::test::BackgroundProcess launcher({LTRAIN_BINARY, "launch", "--nproc-per-node", "1",
+                                            "--master-port", std::to_string(port), "--grace", "1",
+                                            "--", "sleep", "30"});
+  std::vector<std::string> bound;
+  for (int i = 0; i < 200 && bound.empty(); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    bound = listeners(port);
+  }
+  launcher.signal(SIGTERM);
+  launcher.wait();
+  CHECK(bound == std::vector<std::string>{"0100007F"});  // 127.0.0.1, not 0.0.0.0 or ::
+}

@@ -13,6 +13,7 @@
 
 #include "ltrain/common/error_report.h"
 #include "ltrain/common/errors.h"
+#include "ltrain/dist/net.h"
 
 namespace ltrain::dist {
 namespace {
@@ -23,10 +24,6 @@ std::string firstLine(const std::string& s) {
   return s.substr(0, s.find('\n'));
 }
 
-bool isLoopback(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
-}
-
 c10::intrusive_ptr<c10d::Store> openStore(const Runtime& rt, Ms timeout, bool may_host) {
   const std::string where = fmt::format("{}:{}", rt.master_addr, rt.master_port);
   c10d::TCPStoreOptions o;
@@ -35,6 +32,9 @@ c10::intrusive_ptr<c10d::Store> openStore(const Runtime& rt, Ms timeout, bool ma
   o.numWorkers = std::nullopt;  // our own barrier below names the ranks that never arrive
   o.waitWorkers = false;
   o.timeout = timeout;
+  // Listening on the master address only (loopback unless the job spans nodes), not on every
+  // interface as c10d would.
+  if (o.isServer) o.masterListenFd = listenOn(rt.master_addr, rt.master_port);
   c10::intrusive_ptr<c10d::Store> store;
   try {
     store = c10::make_intrusive<c10d::TCPStore>(rt.master_addr, o);
@@ -87,10 +87,14 @@ std::shared_ptr<Comm> Comm::connect(const Runtime& rt, const config::DistConfig&
   try {
     if (c->backend_name_ == "gloo") {
       auto opts = c10d::ProcessGroupGloo::Options::create(c->timeout_);
-      // Loopback jobs talk over loopback; multi-node jobs over the interface the hostname names.
-      opts->devices.push_back(isLoopback(rt.master_addr)
-                                  ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-                                  : c10d::ProcessGroupGloo::createDefaultDevice());
+      // Loopback jobs talk over loopback; multi-node jobs over the interface that reaches the
+      // master (or GLOO_SOCKET_IFNAME's), whatever this machine's hostname resolves to.
+      const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+      opts->devices.push_back(
+          isLoopback(rt.master_addr) ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+          : ifname && *ifname        ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
+                                     : c10d::ProcessGroupGloo::createDeviceForHostname(
+                                           localAddressToward(rt.master_addr, rt.master_port)));
       c->backend_ =
           c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, rt.rank, rt.world_size, opts);
     } else {

@@ -110,6 +110,7 @@ void Watchdog::run() {
       // Until every rank has published once, a read would block on the missing keys.
       if (!all_published_) all_published_ = store_->check(keys);
       auto values = all_published_ ? store_->multiGet(keys) : std::vector<std::vector<uint8_t>>{};
+      std::lock_guard<std::mutex> peers_lock(peers_mutex_);
       for (size_t r = 0; r < values.size(); ++r) {
         std::string v(values[r].begin(), values[r].end());
         if (v != peers_[r].beat || peers_[r].changed == Clock::time_point{})
@@ -132,7 +133,20 @@ void Watchdog::run() {
   }
 }
 
+std::vector<int64_t> Watchdog::silentRanks() {
+  const auto start = Clock::now();
+  std::this_thread::sleep_for(3 * period_);
+  std::lock_guard<std::mutex> lock(peers_mutex_);
+  std::vector<int64_t> out;
+  // A live peer's beat is seen to change within two periods; the first period may still show the
+  // last beat of one that died just before the failure.
+  for (int64_t r = 0; r < world_size_; ++r)
+    if (r != rank_ && peers_[static_cast<size_t>(r)].changed < start + period_) out.push_back(r);
+  return out;
+}
+
 std::string Watchdog::diagnose(double waited_s) {
+  std::lock_guard<std::mutex> lock(peers_mutex_);
   const auto now = Clock::now();
   const int64_t my_step = step_.load();
   std::vector<int64_t> silent, busy;

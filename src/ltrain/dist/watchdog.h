@@ -51,6 +51,10 @@ class Watchdog {
 
   std::chrono::milliseconds period() const { return period_; }
 
+  // After a collective failed: the ranks whose heartbeat does not move for three periods (dead,
+  // or their node went away), to name them in the error.
+  std::vector<int64_t> silentRanks();
+
  private:
   struct Peer {
     std::string beat;  // the last heartbeat read
@@ -67,7 +71,8 @@ class Watchdog {
   std::atomic<int64_t> step_{0};
   std::atomic<int> phase_{static_cast<int>(Phase::kStartup)};
   std::atomic<int64_t> wait_since_ns_{0};  // steady clock; 0: not waiting
-  std::vector<Peer> peers_;
+  std::vector<Peer> peers_;                // guarded by peers_mutex_
+  std::mutex peers_mutex_;
   int64_t counter_ = 0;
   bool all_published_ = false;
   std::mutex mutex_;

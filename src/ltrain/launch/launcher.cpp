@@ -20,6 +20,8 @@
 #include <thread>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/dist/net.h"
+
 #include "ltrain/io/files.h"
 
 namespace ltrain::launch {
@@ -172,9 +174,12 @@ class Launcher {
     port_ = o_.master_port;
     if (o_.node_rank != 0) return;  // node 0's agent hosts the store; workers here connect to it
     c10d::TCPStoreOptions so;
-    so.port = static_cast<uint16_t>(o_.master_port);
     so.isServer = true;
     so.waitWorkers = false;
+    // Bound to the master address alone: loopback for a single node (the default), the address
+    // the other nodes dial for a multi-node job.
+    so.masterListenFd = dist::listenOn(o_.master_addr, o_.master_port);
+    so.port = static_cast<uint16_t>(dist::boundPort(*so.masterListenFd));
     try {
       store_ = c10::make_intrusive<c10d::TCPStore>(o_.master_addr, so);
     } catch (const c10::Error& e) {

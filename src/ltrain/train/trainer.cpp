@@ -1,6 +1,7 @@
 #include "ltrain/train/trainer.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
@@ -212,7 +213,9 @@ class Loop {
     } catch (const UsageError&) {
       throw;
     } catch (const std::exception& e) {
-      writeSummary("failed", secondsSince(start), 0, e.what());
+      const std::string why = collectiveFailure(e);
+      writeSummary("failed", secondsSince(start), 0, why.empty() ? e.what() : why);
+      if (!why.empty()) throw std::runtime_error(why);
       throw;
     }
     Summary s;
@@ -293,6 +296,25 @@ class Loop {
       torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.train.clip_grad_norm);
     optimizer_->step();
     return step_loss.item<double>();
+  }
+
+  // A collective that failed because a peer went away says only "connection closed by peer
+  // <address>": name the ranks whose heartbeat stopped. "" when `e` is not such a failure.
+  std::string collectiveFailure(const std::exception& e) {
+    const std::string what = e.what();
+    const bool collective = dynamic_cast<const c10::DistError*>(&e) ||
+                            what.find("gloo") != std::string::npos ||
+                            what.find("NCCL") != std::string::npos;
+    if (!comm_ || !collective) return "";
+    const std::string first = what.substr(0, what.find('\n'));
+    const auto silent = comm_->watchdog().silentRanks();
+    if (silent.empty())
+      return fmt::format("rank {}: a collective failed after step {}: {}", rt_.rank, state_.step,
+                         first);
+    return fmt::format(
+        "rank {}: a collective failed after step {} because rank(s) {} went away (no heartbeat "
+        "since: the process died or its node is gone): {}",
+        rt_.rank, state_.step, fmt::join(silent, ", "), first);
   }
 
   // Every rank stopped after the same step; rank 0 saves it (train.on_signal=checkpoint) and the
