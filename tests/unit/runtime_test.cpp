@@ -51,8 +51,12 @@ TEST_CASE("Slurm, OpenMPI and PMI variables") {
   auto s = from({{"SLURM_PROCID", "5"},
                  {"SLURM_NTASKS", "8"},
                  {"SLURM_LOCALID", "1"},
-                 {"SLURM_JOB_NODELIST", "gpu[05-09,12],cpu1"}});
+                 {"SLURM_JOB_NODELIST", "gpu[05-09,12],cpu1"},
+                 {"SLURM_NTASKS_PER_NODE", "4(x2)"},
+                 {"SLURM_JOB_ID", "123456"}});
   CHECK(s.source == "slurm");
+  CHECK(s.local_world_size == 4);
+  CHECK(s.master_port == 13456);  // 10000 + job id % 20000: jobs sharing a node differ
   CHECK(s.rank == 5);
   CHECK(s.world_size == 8);
   CHECK(s.local_rank == 1);

@@ -66,9 +66,13 @@ Runtime runtimeFromEnv(const GetEnv& env) {
     r.rank = intVar(env, "SLURM_PROCID");
     r.world_size = intVar(env, "SLURM_NTASKS");
     r.local_rank = has(env, "SLURM_LOCALID") ? intVar(env, "SLURM_LOCALID") : 0;
+    // "4" or, for uneven layouts, "4(x2),3": this node's count comes first in the usual case.
     r.local_world_size =
-        has(env, "SLURM_NTASKS_PER_NODE") ? intVar(env, "SLURM_NTASKS_PER_NODE") : 1;
+        has(env, "SLURM_NTASKS_PER_NODE") ? std::atoll(env("SLURM_NTASKS_PER_NODE")) : 1;
+    if (r.local_world_size < 1) r.local_world_size = 1;
     if (has(env, "SLURM_JOB_NODELIST")) r.master_addr = firstSlurmHost(env("SLURM_JOB_NODELIST"));
+    // One port per job (as Lightning does), so that jobs sharing a node do not collide.
+    if (has(env, "SLURM_JOB_ID")) r.master_port = 10000 + intVar(env, "SLURM_JOB_ID") % 20000;
   } else if (has(env, "OMPI_COMM_WORLD_RANK") && has(env, "OMPI_COMM_WORLD_SIZE")) {
     r.source = "openmpi";
     r.rank = intVar(env, "OMPI_COMM_WORLD_RANK");
