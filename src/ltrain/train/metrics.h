@@ -11,8 +11,9 @@ namespace ltrain::train {
 class MetricsLog {
  public:
   MetricsLog() = default;
-  // Opens for appending; when resuming from `resume_step`, records of later steps (written after
-  // that checkpoint by the run that died) are dropped first, so the log reads as one clean run.
+  // Opens for appending; records of steps after `resume_step` (written after that checkpoint by
+  // a run that died; all of them when starting from step 0) are dropped first, so the log reads
+  // as one clean run. A negative `resume_step` keeps everything.
   void open(const std::string& path, int64_t resume_step);
   void write(const io::JsonObject& record);
   bool isOpen() const { return out_.is_open(); }

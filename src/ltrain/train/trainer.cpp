@@ -182,7 +182,9 @@ class Loop {
       has_buffers_ = !model_->buffers().empty();
     }
     if (rt_.isMain()) {
-      metrics_.open(run_.metrics(), run_.resume_from ? state_.step : -1);
+      // A start from scratch (step 0) drops what an attempt that died before its first checkpoint
+      // logged: found by tests/soak/kill_soak.sh.
+      metrics_.open(run_.metrics(), run_.resume_from ? state_.step : 0);
       spdlog::info(
           "{}: {} with {} parameters, {} training / {} test examples, {} steps, {} process(es){}",
           cfg_.name, cfg_.model.name, models::parameterCount(*model_), splits_.train.size(),
