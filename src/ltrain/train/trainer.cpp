@@ -22,12 +22,15 @@
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
 #include "ltrain/io/safetensors.h"
+#include "ltrain/io/tensorboard.h"
+
 #include "ltrain/models/model.h"
 #include "ltrain/train/checkpoint.h"
 #include "ltrain/train/grad_scaler.h"
 #include "ltrain/train/metrics.h"
 #include "ltrain/train/optimizer.h"
 #include "ltrain/train/precision.h"
+#include "ltrain/train/progress.h"
 #include "ltrain/train/run_dir.h"
 #include "ltrain/train/schedule.h"
 #include "ltrain/train/stop_signal.h"
@@ -185,6 +188,9 @@ class Loop {
       // A start from scratch (step 0) drops what an attempt that died before its first checkpoint
       // logged: found by tests/soak/kill_soak.sh.
       metrics_.open(run_.metrics(), run_.resume_from ? state_.step : 0);
+      // A resumed run writes a new events file; TensorBoard drops the old file's points past the
+      // step it resumes from, as metrics.jsonl does.
+      tensorboard_ = std::make_unique<io::TensorBoardWriter>(run_.path + "/tensorboard");
       spdlog::info(
           "{}: {} with {} parameters, {} training / {} test examples, {} steps, {} process(es){}",
           cfg_.name, cfg_.model.name, models::parameterCount(*model_), splits_.train.size(),
@@ -200,6 +206,7 @@ class Loop {
     double train_seconds = 0;
     int64_t samples_this_run = 0;
     StopSignal stop_signal;  // from here on SIGTERM/SIGINT end the run after a step
+    run_start_ = start, start_step_ = state_.step;
     try {
       while (state_.step < total_steps_ && state_.epoch < cfg_.train.epochs && !stop_signal_) {
         auto t0 = Clock::now();
@@ -324,6 +331,7 @@ class Loop {
   Summary stopOnSignal(double wall_s) {
     const char* name = stop_signal_ == SIGINT ? "SIGINT" : "SIGTERM";
     const bool save = cfg_.train.on_signal == "checkpoint";
+    bar_.clear();
     if (save && last_ckpt_step_ != state_.step) checkpoint();
     if (comm_) comm_->backend()->barrier()->wait(comm_->timeout());
     if (rt_.isMain())
@@ -380,6 +388,15 @@ class Loop {
     }
   }
 
+  // The global L2 norm of the gradients of the last step (0 after a skipped one).
+  double gradNorm() {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> norms;
+    for (const auto& p : model_->parameters())
+      if (p.grad().defined()) norms.push_back(p.grad().norm(2).to(torch::kFloat));
+    return norms.empty() ? 0.0 : torch::stack(norms).norm(2).item<double>();
+  }
+
   bool gradientsFinite() {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> flags;
@@ -413,6 +430,14 @@ class Loop {
       if (!std::isnan(loss))  // a skipped step's loss stays out of the averages
         w.loss += loss, ++w.loss_steps, state_.epoch_loss_sum += loss, ++state_.epoch_loss_count;
 
+      if (bar_.enabled()) {
+        const int64_t done = state_.step - start_step_;
+        const double elapsed = secondsSince(run_start_), window = secondsSince(w.start);
+        bar_.update(state_.epoch + 1, cfg_.train.epochs, state_.step, total_steps_,
+                    w.loss_steps ? w.loss / w.loss_steps : std::nan(""),
+                    window > 0 ? w.samples / window : 0,
+                    done > 0 ? elapsed / done * (total_steps_ - state_.step) : std::nan(""));
+      }
       if (state_.step % cfg_.train.log_every == 0 || state_.step == total_steps_) {
         logTrain(w, lr);
         w = Window{};
@@ -444,11 +469,23 @@ class Loop {
     const double secs = secondsSince(w.start);
     double loss = w.loss_steps > 0 ? w.loss / w.loss_steps : std::nan("");
     if (comm_) loss = comm_->allreduceSum({loss})[0] / rt_.world_size;  // the mean over ranks
+    const double grad_norm = gradNorm();
     if (!rt_.isMain()) return;
     const double samples_per_s = secs > 0 ? w.samples / secs : 0;
-    spdlog::info("ep {}/{} step {}/{} | loss {:.4f} | lr {:.3g} | {:.0f} samples/s",
-                 state_.epoch + 1, cfg_.train.epochs, state_.step, total_steps_, loss, lr,
-                 samples_per_s);
+    // On a terminal the bar says this; elsewhere a log line does.
+    if (!bar_.enabled())
+      spdlog::info("ep {}/{} step {}/{} | loss {:.4f} | lr {:.3g} | {:.0f} samples/s",
+                   state_.epoch + 1, cfg_.train.epochs, state_.step, total_steps_, loss, lr,
+                   samples_per_s);
+    std::vector<std::pair<std::string, double>> tb{
+        {"train/loss", loss},
+        {"train/lr", lr},
+        {"train/samples_per_s", samples_per_s},
+        {"train/data_wait_share", secs > 0 ? w.data_wait_s / secs : 0.0},
+        {"train/grad_norm", grad_norm},
+        {"train/skipped_steps", static_cast<double>(state_.skipped_steps)}};
+    if (scaler_.enabled()) tb.emplace_back("train/loss_scale", scaler_.scale());
+    if (tensorboard_) tensorboard_->scalars(state_.step, wallTime(), tb);
     io::JsonObject j;
     j.add("step", state_.step)
         .add("epoch", state_.epoch)
@@ -457,6 +494,7 @@ class Loop {
         .add("lr", lr)
         .add("samples_per_s", samples_per_s)
         .add("wall_time", wallTime());
+    j.add("grad_norm", grad_norm);
     j.add("data_wait_ms_per_step", 1000.0 * w.data_wait_s / w.steps)
         .add("data_wait_share", secs > 0 ? w.data_wait_s / secs : 0.0);
     j.add("skipped_steps", state_.skipped_steps);
@@ -485,6 +523,13 @@ class Loop {
                           rt_, comm_.get(), device_);
     last_eval_step_ = state_.step;
     if (!rt_.isMain()) return;
+    bar_.clear();
+    if (tensorboard_) {
+      tensorboard_->scalars(
+          state_.step, wallTime(),
+          {{"eval/loss", last_eval_.loss}, {"eval/accuracy", last_eval_.accuracy}});
+      tensorboard_->flush();
+    }
     spdlog::info("eval step {} | test loss {:.4f} | test accuracy {:.4f}", state_.step,
                  last_eval_.loss, last_eval_.accuracy);
     metrics_.write(io::JsonObject()
@@ -548,6 +593,10 @@ class Loop {
   EvalResult last_eval_;
   int64_t last_eval_step_ = -1, last_ckpt_step_ = -1;
   double paused_s_ = 0;
+  ProgressBar bar_{rt_.isMain()};
+  Clock::time_point run_start_ = Clock::now();
+  int64_t start_step_ = 0;
+  std::unique_ptr<io::TensorBoardWriter> tensorboard_;  // rank 0: <run>/tensorboard/
   int stop_signal_ = 0;
   torch::Tensor stop_vote_;
   c10::intrusive_ptr<c10d::Work> stop_work_;

@@ -1,0 +1,106 @@
+// What a user watches: the live progress bar on a terminal (and plain lines in a pipe), and the
+// TensorBoard event files of a run, read back with the tensorboard package's own reader.
+#include <yaml-cpp/yaml.h>
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "support/process.h"
+#include "test_paths.h"
+
+using Catch::Matchers::Contains;
+using ltrain::test::readText;
+using ltrain::test::runLtrain;
+using ltrain::test::TempDir;
+
+namespace {
+std::vector<std::string> train(const std::string& out) {
+  return {"train",
+          "/dev/null",
+          "data.dataset=synthetic",
+          "data.synthetic_shape=[1,6,6]",
+          "data.synthetic_train_samples=4000",
+          "data.synthetic_test_samples=64",
+          "data.batch_size=16",
+          "model.hidden=[32]",
+          "optimizer.lr=0.01",
+          "train.epochs=2",
+          "train.log_every=25",
+          "train.eval_every=100",
+          "--output-dir",
+          out};
+}
+}  // namespace
+
+TEST_CASE("the progress bar shows on a terminal and never in a pipe") {
+  TempDir dir;
+  // script(1) gives the command a pseudo-terminal, as an interactive shell would.
+  std::string cmd = LTRAIN_BINARY;
+  for (const auto& a : train(dir / "tty")) cmd += " '" + a + "'";
+  auto tty = ltrain::test::runProcess({"script", "-qfec", cmd, "/dev/null"});
+  INFO(tty.out << tty.err);
+  REQUIRE(tty.exit_code == 0);
+  CHECK_THAT(tty.out, Contains("\r\x1b[2Kep 1/2 ["));
+  CHECK_THAT(tty.out, Contains("] 500/500 | loss "));
+  CHECK_THAT(tty.out, Contains("samples/s | ETA "));
+  CHECK_THAT(tty.out, !Contains("ep 1/2 step 25/500"));  // the bar replaces the log lines
+
+  auto pipe = runLtrain(train(dir / "pipe"));
+  REQUIRE(pipe.exit_code == 0);
+  CHECK(pipe.out.find('\r') == std::string::npos);
+  CHECK(pipe.out.find('\x1b') == std::string::npos);
+  CHECK_THAT(pipe.out, Contains("ep 1/2 step 25/500 | loss "));
+}
+
+TEST_CASE("TensorBoard event files hold every logged scalar at its step") {
+  TempDir dir;
+  REQUIRE(runLtrain(train(dir / "run")).exit_code == 0);
+  ltrain::test::writeText(dir / "read.py",
+                          "import sys\n"
+                          "from tensorboard.backend.event_processing.event_accumulator import "
+                          "EventAccumulator\n"
+                          "ea = EventAccumulator(sys.argv[1], size_guidance={'scalars': 0})\n"
+                          "ea.Reload()\n"
+                          "for tag in sorted(ea.Tags()['scalars']):\n"
+                          "    for e in ea.Scalars(tag):\n"
+                          "        print(tag, e.step, repr(e.value))\n");
+  auto r = ltrain::test::runProcess({LTRAIN_PYTHON, dir / "read.py", dir / "run/tensorboard"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  std::map<std::string, std::map<int64_t, double>> tb;
+  std::istringstream in(r.out);
+  std::string tag;
+  int64_t step;
+  double value;
+  while (in >> tag >> step >> value) tb[tag][step] = value;
+
+  // Every train and test record of metrics.jsonl is in TensorBoard with the same step and value.
+  std::istringstream metrics(readText(dir / "run/metrics.jsonl"));
+  std::string line;
+  int train_records = 0, test_records = 0;
+  auto same = [](double a, double b) {
+    return std::abs(a - b) <= 1e-6 * std::max(1.0, std::abs(b));
+  };
+  while (std::getline(metrics, line)) {
+    auto j = YAML::Load(line);
+    const int64_t s = j["step"].as<int64_t>();
+    if (j["split"].as<std::string>() == "train") {
+      ++train_records;
+      CHECK(same(tb["train/loss"].at(s), j["loss"].as<double>()));
+      CHECK(same(tb["train/lr"].at(s), j["lr"].as<double>()));
+      CHECK(same(tb["train/grad_norm"].at(s), j["grad_norm"].as<double>()));
+      CHECK(tb["train/samples_per_s"].count(s) == 1);
+      CHECK(tb["train/data_wait_share"].count(s) == 1);
+    } else {
+      ++test_records;
+      CHECK(same(tb["eval/accuracy"].at(s), j["accuracy"].as<double>()));
+      CHECK(same(tb["eval/loss"].at(s), j["loss"].as<double>()));
+    }
+  }
+  CHECK(train_records == 20);  // 500 steps, one record every 25
+  CHECK(test_records == 5);    // every 100 steps
+  CHECK(tb["train/loss"].size() == 20);
+  CHECK(tb["eval/accuracy"].size() == 5);
+}
