@@ -20,6 +20,8 @@
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
 #include "ltrain/launch/launcher.h"
+#include "ltrain/sweep/sweep.h"
+
 #include "ltrain/train/run_dir.h"
 #include "ltrain/train/trainer.h"
 
@@ -32,7 +34,10 @@ struct Args {
   bool overwrite = false;
   bool reference = false, explain = false;
   std::string checkpoint;
-  std::string nproc;  // train --nproc-per-node: run through the launcher
+  std::string nproc;      // train --nproc-per-node: run through the launcher
+  bool multirun = false;  // train -m: the overrides' lists and ranges make a sweep
+  int64_t parallel = 1;
+  std::string sweep_file, runs_dir;
   ltrain::launch::LaunchOptions launch;
 };
 
@@ -71,6 +76,28 @@ int cmdTrain(const Args& a) {
     fmt::print("test_accuracy {:.4f}  test_loss {:.4f}  steps {}  wall {:.1f}s  run {}\n",
                s.test_accuracy, s.test_loss, s.steps, s.wall_s, s.run_dir);
   return 0;
+}
+
+// `ltrain train CONFIG -m KEY=a,b KEY2=range(..)`: a sweep without a sweep file, into
+// --output-dir or <output_dir>/<name>-sweep.
+int cmdMultirun(const Args& a) {
+  auto lc = ltrain::config::loadConfig(a.config, {});
+  ltrain::sweep::SweepSpec spec;
+  spec.base = a.config;
+  for (const auto& o : a.overrides) {
+    const auto eq = o.find('=');
+    if (eq != std::string::npos && ltrain::sweep::isSweepValue(o.substr(eq + 1)))
+      spec.params.push_back(ltrain::sweep::parseParam(o.substr(0, eq), o.substr(eq + 1)));
+    else
+      spec.overrides.push_back(o);
+  }
+  if (spec.params.empty())
+    throw ltrain::UsageError(
+        "train -m: no override sweeps anything; write KEY=a,b,c or KEY=range(start,stop,step)");
+  spec.parallel = a.parallel;
+  spec.nproc_per_node = a.nproc.empty() ? "1" : a.nproc;
+  spec.dir = a.output_dir.empty() ? lc.cfg.output_dir + "/" + lc.cfg.name + "-sweep" : a.output_dir;
+  return ltrain::sweep::runSweep(spec, selfExe());
 }
 
 int cmdEval(const Args& a) {
@@ -136,9 +163,23 @@ int main(int argc, char** argv) {
   train->add_flag("--overwrite", a.overwrite, "Replace a finished run in the run directory");
   train->add_option("--nproc-per-node", a.nproc,
                     "Run as N worker processes (N, auto, cpu or gpu) under the launcher");
+  train->add_flag("-m,--multirun", a.multirun,
+                  "A sweep: KEY=a,b,c, KEY=range(0,10,2), KEY=choice(..), uniform/loguniform/int");
+  train->add_option("--parallel", a.parallel, "With -m: trials run at a time")
+      ->check(CLI::PositiveNumber);
   a.launch.master_port = 0;  // a free port: one command, one job
   addLaunchOptions(train, a.launch);
   train->footer(keys);
+
+  auto* sweep =
+      app.add_subcommand("sweep", "Run every trial of a sweep file (see configs/sweeps/)");
+  sweep->add_option("sweep", a.sweep_file, "Sweep file (YAML: base, overrides, params, sweep)")
+      ->required();
+  sweep->add_option("--output-dir", a.output_dir,
+                    "Sweep directory (default: <sweep.output_dir>/<sweep.name>)");
+
+  auto* runs = app.add_subcommand("runs", "List the runs below a directory with their metrics");
+  runs->add_option("dir", a.runs_dir, "Directory to search (e.g. runs/)")->required();
 
   auto* config = app.add_subcommand("config", "Print the resolved config as YAML");
   config->add_option("config", a.config, "Experiment config (YAML)");
@@ -190,7 +231,15 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (app.got_subcommand(train)) return cmdTrain(a);
+    if (app.got_subcommand(train)) return a.multirun ? cmdMultirun(a) : cmdTrain(a);
+    if (app.got_subcommand(sweep)) {
+      auto spec = ltrain::sweep::loadSweepFile(a.sweep_file, a.output_dir);
+      return ltrain::sweep::runSweep(spec, selfExe());
+    }
+    if (app.got_subcommand(runs)) {
+      std::cout << ltrain::sweep::listRuns(a.runs_dir);
+      return 0;
+    }
     if (app.got_subcommand(launch)) return ltrain::launch::runLauncher(lo);
     if (app.got_subcommand(eval)) return cmdEval(a);
     return cmdConfig(a);

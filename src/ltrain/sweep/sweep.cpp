@@ -1,0 +1,524 @@
+#include "ltrain/sweep/sweep.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <chrono>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <sstream>
+#include <thread>
+
+#include "ltrain/common/errors.h"
+#include "ltrain/config/load.h"
+#include "ltrain/io/files.h"
+
+namespace fs = std::filesystem;
+
+namespace ltrain::sweep {
+namespace {
+
+volatile sig_atomic_t g_signal = 0;
+void onSignal(int s) {
+  if (!g_signal) g_signal = s;
+}
+
+using Clock = std::chrono::steady_clock;
+
+// The summary fields a sweep can sort by, as summary.json names them.
+const std::vector<std::string> kMetrics = {"test_accuracy", "test_loss",     "train_loss",
+                                           "steps",         "samples_per_s", "wall_s"};
+
+struct Outcome {
+  std::string status = "pending";  // pending | running | completed | failed | interrupted
+  std::map<std::string, double> metrics;
+  std::string error;
+  double seconds = 0;
+};
+
+std::string where(const std::string& file, const YAML::Node& n) {
+  return fmt::format("{}:{}", file, n.Mark().line + 1);
+}
+
+std::string scalar(const std::string& file, const std::string& key, const YAML::Node& n) {
+  if (!n.IsScalar())
+    throw UsageError(fmt::format("{}: {}: expected a single value", where(file, n), key));
+  return n.Scalar();
+}
+
+int64_t integer(const std::string& file, const std::string& key, const YAML::Node& n, int64_t lo) {
+  const std::string s = scalar(file, key, n);
+  char* end = nullptr;
+  const long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end || v < lo)
+    throw UsageError(
+        fmt::format("{}: {}: expected an integer >= {}, got '{}'", where(file, n), key, lo, s));
+  return v;
+}
+
+Outcome readOutcome(const std::string& run_dir) {
+  Outcome o;
+  std::error_code ec;
+  if (!fs::exists(run_dir + "/summary.json", ec)) return o;
+  try {
+    auto j = YAML::LoadFile(run_dir + "/summary.json");
+    o.status = j["status"].as<std::string>("unknown");
+    for (const auto& m : kMetrics)
+      if (j[m] && j[m].IsScalar()) o.metrics[m] = j[m].as<double>(0);
+    if (j["error"]) o.error = j["error"].as<std::string>("");
+  } catch (const YAML::Exception&) {
+    o.status = "unknown";
+  }
+  return o;
+}
+
+// The last "ltrain: error:" line of a trial's output, or "" when there is none.
+std::string lastError(const std::string& log) {
+  std::ifstream in(log);
+  std::string line, found;
+  while (std::getline(in, line)) {
+    const auto at = line.find("ltrain: error: ");
+    if (at != std::string::npos) found = line.substr(at + 15);
+  }
+  return found;
+}
+
+std::string csvField(const std::string& s) {
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char c : s) q += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return q + "\"";
+}
+
+std::string metricText(const Outcome& o, const std::string& m) {
+  auto it = o.metrics.find(m);
+  return it == o.metrics.end() ? "" : fmt::format("{:.6g}", it->second);
+}
+
+struct Running {
+  size_t trial;
+  pid_t pid;
+  int slot;
+  Clock::time_point start;
+};
+
+class Runner {
+ public:
+  Runner(const SweepSpec& spec, std::string self)
+      : spec_(spec),
+        self_(std::move(self)),
+        trials_(expandTrials(spec.params, spec.samples, spec.seed)) {}
+
+  int run() {
+    validate();
+    prepareDir();
+    outcomes_.resize(trials_.size());
+    std::vector<size_t> todo;
+    for (size_t i = 0; i < trials_.size(); ++i) {
+      outcomes_[i] = readOutcome(trialDir(i));
+      if (outcomes_[i].status == "completed")
+        say(fmt::format("trial {} finished earlier: skipped", trials_[i].shortName()));
+      else
+        todo.push_back(i);
+    }
+    struct sigaction sa {
+    }, old_int, old_term;
+    sa.sa_handler = onSignal;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGINT, &sa, &old_int);
+    sigaction(SIGTERM, &sa, &old_term);
+    schedule(todo);
+    sigaction(SIGINT, &old_int, nullptr);
+    sigaction(SIGTERM, &old_term, nullptr);
+    writeSummary();
+    if (g_signal) return 128 + g_signal;
+    for (const auto& o : outcomes_)
+      if (o.status != "completed") return 1;
+    return 0;
+  }
+
+ private:
+  std::string trialDir(size_t i) const { return spec_.dir + "/" + trials_[i].shortName(); }
+
+  std::vector<std::string> trialOverrides(size_t i) const {
+    std::vector<std::string> o = spec_.overrides;
+    for (const auto& t : trials_[i].overrides()) o.push_back(t);
+    return o;
+  }
+
+  // Every trial's config must load before the first one runs.
+  void validate() {
+    if (std::find(kMetrics.begin(), kMetrics.end(), spec_.metric) == kMetrics.end())
+      throw UsageError(fmt::format("sweep.metric '{}': expected one of {}", spec_.metric,
+                                   fmt::join(kMetrics, ", ")));
+    if (spec_.mode != "max" && spec_.mode != "min")
+      throw UsageError(fmt::format("sweep.mode '{}': expected max or min", spec_.mode));
+    for (size_t i = 0; i < trials_.size(); ++i) {
+      try {
+        config::loadConfig(spec_.base, trialOverrides(i));
+      } catch (const UsageError& e) {
+        throw UsageError(fmt::format("trial {}: {}", trials_[i].shortName(), e.what()));
+      }
+    }
+  }
+
+  void prepareDir() {
+    std::error_code ec;
+    fs::create_directories(spec_.dir, ec);
+    if (ec || !fs::is_directory(spec_.dir))
+      throw UsageError(fmt::format("cannot create sweep directory '{}': {}", spec_.dir,
+                                   ec ? ec.message() : "not a directory"));
+    YAML::Emitter y;
+    y << YAML::BeginMap << YAML::Key << "base" << YAML::Value << fs::absolute(spec_.base).string();
+    if (!spec_.source.empty())
+      y << YAML::Key << "source" << YAML::Value << fs::absolute(spec_.source).string();
+    y << YAML::Key << "overrides" << YAML::Value << YAML::Flow << spec_.overrides;
+    y << YAML::Key << "params" << YAML::Value << YAML::BeginMap;
+    for (const auto& p : spec_.params) y << YAML::Key << p.key << YAML::Value << p.describe();
+    y << YAML::EndMap;
+    y << YAML::Key << "sweep" << YAML::Value << YAML::BeginMap;
+    y << YAML::Key << "parallel" << YAML::Value << spec_.parallel;
+    y << YAML::Key << "metric" << YAML::Value << spec_.metric;
+    y << YAML::Key << "mode" << YAML::Value << spec_.mode;
+    y << YAML::Key << "samples" << YAML::Value << spec_.samples;
+    y << YAML::Key << "seed" << YAML::Value << spec_.seed;
+    y << YAML::Key << "nproc_per_node" << YAML::Value << spec_.nproc_per_node;
+    y << YAML::EndMap;
+    y << YAML::Key << "trials" << YAML::Value << YAML::BeginSeq;
+    std::vector<std::string> names;
+    for (size_t i = 0; i < trials_.size(); ++i) {
+      names.push_back(trials_[i].shortName());
+      y << YAML::Flow << YAML::BeginMap << YAML::Key << "dir" << YAML::Value << names.back()
+        << YAML::Key << "overrides" << YAML::Value << trials_[i].overrides() << YAML::EndMap;
+    }
+    y << YAML::EndSeq << YAML::EndMap;
+    const std::string path = spec_.dir + "/sweep.yaml";
+    if (fs::exists(path, ec)) {
+      // The same sweep may run again (finishing what is left); another one must not mix in.
+      std::vector<std::string> before;
+      try {
+        for (const auto& t : YAML::LoadFile(path)["trials"])
+          before.push_back(t["dir"].as<std::string>());
+      } catch (const YAML::Exception&) {
+      }
+      if (before != names)
+        throw UsageError(fmt::format(
+            "sweep directory '{}' holds another sweep (its sweep.yaml lists other trials); "
+            "choose another --output-dir or sweep.name",
+            spec_.dir));
+    }
+    io::writeFileAtomic(path, std::string(y.c_str()) + "\n");
+  }
+
+  void schedule(const std::vector<size_t>& todo) {
+    const int gpus = gpuCount();
+    std::vector<Running> running;
+    std::vector<bool> slot_busy(static_cast<size_t>(spec_.parallel), false);
+    size_t next = 0;
+    bool forwarded = false;
+    while (next < todo.size() || !running.empty()) {
+      if (g_signal && !forwarded) {
+        say(fmt::format("got signal {}: stopping the running trials (they checkpoint first)",
+                        static_cast<int>(g_signal)));
+        for (const auto& r : running) kill(-r.pid, g_signal);
+        forwarded = true;
+      }
+      while (!g_signal && next < todo.size() && running.size() < slot_busy.size()) {
+        const int slot = static_cast<int>(std::find(slot_busy.begin(), slot_busy.end(), false) -
+                                          slot_busy.begin());
+        slot_busy[static_cast<size_t>(slot)] = true;
+        const size_t i = todo[next++];
+        running.push_back({i, start(i, slot, gpus), slot, Clock::now()});
+        outcomes_[i].status = "running";
+        say(fmt::format("trial {} started ({} running, {} waiting)", trials_[i].shortName(),
+                        running.size(), todo.size() - next));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      for (auto it = running.begin(); it != running.end();) {
+        int status = 0;
+        if (waitpid(it->pid, &status, WNOHANG) != it->pid) {
+          ++it;
+          continue;
+        }
+        finish(it->trial, status, std::chrono::duration<double>(Clock::now() - it->start).count());
+        slot_busy[static_cast<size_t>(it->slot)] = false;
+        it = running.erase(it);
+      }
+      if (g_signal && next < todo.size()) next = todo.size();  // start nothing more
+    }
+  }
+
+  static int gpuCount() {
+    // Counted from the driver's device files rather than by initialising CUDA in this process,
+    // which only forks trials.
+    int n = 0;
+    std::error_code ec;
+    while (fs::exists(fmt::format("/dev/nvidia{}", n), ec)) ++n;
+    return n;
+  }
+
+  pid_t start(size_t i, int slot, int gpus) {
+    const std::string dir = trialDir(i);
+    fs::create_directories(dir);
+    std::vector<std::string> argv{self_, "train", spec_.base};
+    for (const auto& o : trialOverrides(i)) argv.push_back(o);
+    argv.insert(argv.end(), {"--output-dir", dir});
+    if (spec_.nproc_per_node != "1")
+      argv.insert(argv.end(), {"--nproc-per-node", spec_.nproc_per_node, "--master-port", "0"});
+    std::map<std::string, std::string> env;
+    const int k = static_cast<int>(spec_.parallel);
+    if (gpus > 0) {
+      // Each concurrent trial its own share of the GPUs.
+      const int per = std::max(1, gpus / k);
+      std::string ids;
+      for (int g = slot * per % gpus, n = 0; n < per; ++n)
+        ids += (ids.empty() ? "" : ",") + std::to_string((g + n) % gpus);
+      env["CUDA_VISIBLE_DEVICES"] = ids;
+    } else if (!std::getenv("OMP_NUM_THREADS")) {
+      // The CPU's cores shared among the concurrent trials instead of each taking all of them.
+      env["OMP_NUM_THREADS"] =
+          std::to_string(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / k));
+    }
+    std::vector<std::string> envs;
+    for (char** e = environ; *e; ++e) {
+      const std::string entry = *e;
+      if (!env.count(entry.substr(0, entry.find('=')))) envs.push_back(entry);
+    }
+    for (const auto& [key, v] : env) envs.push_back(key + "=" + v);
+    std::vector<char*> cargv, cenv;
+    for (auto& a : argv) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    for (auto& e : envs) cenv.push_back(e.data());
+    cenv.push_back(nullptr);
+    const std::string log = dir + "/output.log";
+    const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd < 0)
+      throw std::runtime_error(fmt::format("cannot write '{}': {}", log, std::strerror(errno)));
+    const pid_t parent = getpid();
+    const pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
+    if (pid == 0) {
+      // Only async-signal-safe calls until exec.
+      setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGTERM);  // a killed sweep stops its trials (they checkpoint)
+      if (getppid() != parent) _exit(1);
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      signal(SIGINT, SIG_DFL);
+      signal(SIGTERM, SIG_DFL);
+      execve(cargv[0], cargv.data(), cenv.data());
+      _exit(127);
+    }
+    setpgid(pid, pid);
+    ::close(fd);
+    return pid;
+  }
+
+  void finish(size_t i, int status, double seconds) {
+    Outcome o = readOutcome(trialDir(i));
+    o.seconds = seconds;
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (code == 0 && o.status == "completed") {
+      say(fmt::format("trial {} completed: {} {} ({:.1f} s)", trials_[i].shortName(), spec_.metric,
+                      metricText(o, spec_.metric), seconds));
+    } else if (code == 128 + SIGTERM || code == 128 + SIGINT) {
+      o.status = "interrupted";
+      say(fmt::format("trial {} interrupted: it resumes when the sweep runs again",
+                      trials_[i].shortName()));
+    } else {
+      o.status = "failed";
+      o.error = lastError(trialDir(i) + "/output.log");
+      if (o.error.empty()) o.error = fmt::format("exit code {}", code);
+      say(fmt::format("trial {} failed: {} (see {}/output.log)", trials_[i].shortName(), o.error,
+                      trialDir(i)));
+    }
+    outcomes_[i] = o;
+  }
+
+  void writeSummary() {
+    std::string csv = "trial,status";
+    for (const auto& p : spec_.params) csv += "," + csvField(p.key);
+    for (const auto& m :
+         {"test_accuracy", "test_loss", "train_loss", "steps", "wall_s", "samples_per_s"})
+      csv += std::string(",") + m;
+    csv += ",run_dir,error\n";
+    for (size_t i = 0; i < trials_.size(); ++i) {
+      const auto& o = outcomes_[i];
+      csv += fmt::format("{},{}", trials_[i].number, o.status);
+      for (const auto& [k, v] : trials_[i].values) csv += "," + csvField(v);
+      for (const auto& m :
+           {"test_accuracy", "test_loss", "train_loss", "steps", "wall_s", "samples_per_s"})
+        csv += "," + metricText(o, m);
+      csv += "," + csvField(trialDir(i)) + "," + csvField(o.error) + "\n";
+    }
+    io::writeFileAtomic(spec_.dir + "/sweep_summary.csv", csv);
+
+    // Completed trials best first by the metric; the others after them, in trial order.
+    std::vector<size_t> order(trials_.size());
+    std::iota(order.begin(), order.end(), 0);
+    auto value = [&](size_t i) {
+      const auto& o = outcomes_[i];
+      auto it = o.metrics.find(spec_.metric);
+      return o.status == "completed" && it != o.metrics.end();
+    };
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      const bool va = value(a), vb = value(b);
+      if (va != vb) return va;
+      if (!va) return false;
+      const double ma = outcomes_[a].metrics.at(spec_.metric),
+                   mb = outcomes_[b].metrics.at(spec_.metric);
+      return spec_.mode == "max" ? ma > mb : ma < mb;
+    });
+    std::string md = "| rank | trial |";
+    std::string rule = "| --- | --- |";
+    for (const auto& p : spec_.params) md += " " + p.key + " |", rule += " --- |";
+    md += fmt::format(" {} | status |\n", spec_.metric);
+    md += rule + " --- | --- |\n";
+    int rank = 0;
+    for (size_t i : order) {
+      md += fmt::format("| {} | {} |", value(i) ? std::to_string(++rank) : "-", trials_[i].number);
+      for (const auto& [k, v] : trials_[i].values) md += " " + v + " |";
+      md +=
+          fmt::format(" {} | {} |\n", metricText(outcomes_[i], spec_.metric), outcomes_[i].status);
+    }
+    io::writeFileAtomic(spec_.dir + "/sweep_summary.md", md);
+    fmt::print("\n{}\n", md);
+    fmt::print("sweep: {} ({} of {} trials completed; summary in {}/sweep_summary.csv)\n",
+               spec_.dir, rank, trials_.size(), spec_.dir);
+  }
+
+  static void say(const std::string& line) { fmt::print("sweep: {}\n", line), std::fflush(stdout); }
+
+  const SweepSpec& spec_;
+  std::string self_;
+  std::vector<Trial> trials_;
+  std::vector<Outcome> outcomes_;
+};
+
+}  // namespace
+
+SweepSpec loadSweepFile(const std::string& path, const std::string& output_dir_flag) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec))
+    throw UsageError(fmt::format("sweep file '{}' not found", path));
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    throw UsageError(fmt::format("{}:{}: invalid YAML: {}", path, e.mark.line + 1, e.msg));
+  }
+  if (!root.IsMap())
+    throw UsageError(fmt::format("{}: expected a mapping (base, params, sweep)", path));
+  SweepSpec s;
+  s.source = path;
+  std::string name = fs::path(path).stem().string(), output_dir = "runs/sweeps";
+  const fs::path here = fs::path(path).parent_path();
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string key = it->first.Scalar();
+    const YAML::Node v = it->second;
+    if (key == "base") {
+      s.base = (here / scalar(path, key, v)).lexically_normal().string();
+    } else if (key == "overrides") {
+      if (!v.IsSequence())
+        throw UsageError(
+            fmt::format("{}: overrides: expected a list of KEY=VALUE", where(path, v)));
+      for (const auto& o : v) s.overrides.push_back(scalar(path, key, o));
+    } else if (key == "params") {
+      if (!v.IsMap())
+        throw UsageError(
+            fmt::format("{}: params: expected a mapping of config keys", where(path, v)));
+      for (auto p = v.begin(); p != v.end(); ++p)
+        s.params.push_back(paramFromYaml(p->first.Scalar(), p->second));
+    } else if (key == "sweep") {
+      if (!v.IsMap())
+        throw UsageError(fmt::format("{}: sweep: expected a mapping", where(path, v)));
+      for (auto o = v.begin(); o != v.end(); ++o) {
+        const std::string k = o->first.Scalar();
+        const YAML::Node x = o->second;
+        if (k == "name")
+          name = scalar(path, "sweep.name", x);
+        else if (k == "output_dir")
+          output_dir = scalar(path, "sweep.output_dir", x);
+        else if (k == "parallel")
+          s.parallel = integer(path, "sweep.parallel", x, 1);
+        else if (k == "metric")
+          s.metric = scalar(path, "sweep.metric", x);
+        else if (k == "mode")
+          s.mode = scalar(path, "sweep.mode", x);
+        else if (k == "samples")
+          s.samples = integer(path, "sweep.samples", x, 0);
+        else if (k == "seed")
+          s.seed = static_cast<uint64_t>(integer(path, "sweep.seed", x, 0));
+        else if (k == "nproc_per_node")
+          s.nproc_per_node = scalar(path, "sweep.nproc_per_node", x);
+        else
+          throw UsageError(fmt::format(
+              "{}: unknown key 'sweep.{}' (expected name, output_dir, parallel, metric, mode, "
+              "samples, seed or nproc_per_node)",
+              where(path, o->first), k));
+      }
+    } else {
+      throw UsageError(fmt::format(
+          "{}: unknown key '{}' in a sweep file (expected base, overrides, params or sweep)",
+          where(path, it->first), key));
+    }
+  }
+  if (s.base.empty())
+    throw UsageError(fmt::format("{}: 'base' (the experiment config) is missing", path));
+  if (s.params.empty())
+    throw UsageError(fmt::format("{}: 'params' (what to sweep) is missing", path));
+  s.dir = output_dir_flag.empty() ? output_dir + "/" + name : output_dir_flag;
+  return s;
+}
+
+int runSweep(const SweepSpec& spec, const std::string& self_exe) {
+  g_signal = 0;
+  Runner r(spec, self_exe);
+  return r.run();
+}
+
+std::string listRuns(const std::string& dir) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw UsageError(fmt::format("runs: '{}' is not a directory", dir));
+  std::vector<std::string> runs;
+  for (auto it = fs::recursive_directory_iterator(dir, ec);
+       it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    if (!it->is_directory()) continue;
+    const std::string name = it->path().filename().string();
+    if (name == "checkpoints" || name == "logs") {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (fs::exists(it->path() / "config.yaml") && fs::exists(it->path() / "overrides.txt"))
+      runs.push_back(it->path().string());
+  }
+  if (fs::exists(fs::path(dir) / "config.yaml") && fs::exists(fs::path(dir) / "overrides.txt"))
+    runs.push_back(dir);
+  std::sort(runs.begin(), runs.end());
+  std::string out = fmt::format("{:<48} {:<12} {:>7} {:>13} {:>9} {:>8}\n", "run", "status",
+                                "steps", "test_accuracy", "test_loss", "wall_s");
+  for (const auto& r : runs) {
+    Outcome o = readOutcome(r);
+    if (o.status == "pending") o.status = "unfinished";
+    std::string rel = fs::relative(r, dir, ec).string();
+    if (rel.empty() || rel == ".") rel = r;
+    out += fmt::format("{:<48} {:<12} {:>7} {:>13} {:>9} {:>8}\n", rel, o.status,
+                       metricText(o, "steps"), metricText(o, "test_accuracy"),
+                       metricText(o, "test_loss"), metricText(o, "wall_s"));
+  }
+  if (runs.empty()) out += "(no runs below " + dir + ")\n";
+  return out;
+}
+
+}  // namespace ltrain::sweep
