@@ -152,6 +152,17 @@ TEST_CASE("a sweep stopped midway finishes only the unfinished trials when run a
   for (const auto& [path, summary] : finished) CHECK(readText(path + "/summary.json") == summary);
 }
 
+TEST_CASE("trials can be multi-process and run side by side, each on its own port", "[dist]") {
+  TempDir dir;
+  writeSweep(dir, 256, 1);
+  auto r = runLtrain({"train", dir / "base.yaml", "-m", "optimizer.lr=0.1,0.01", "--parallel", "2",
+                      "--nproc-per-node", "2", "--output-dir", dir / "m"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(readText(dir / "m/001-lr=0.1/summary.json"), Contains("\"world_size\": 2"));
+  CHECK_THAT(readText(dir / "m/002-lr=0.01/summary.json"), Contains("\"world_size\": 2"));
+}
+
 TEST_CASE("a failing trial is recorded with its error and the sweep goes on") {
   TempDir dir;
   writeSweep(dir, 256, 1);

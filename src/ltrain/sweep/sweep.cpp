@@ -388,8 +388,8 @@ class Runner {
     for (size_t i : order) {
       md += fmt::format("| {} | {} |", value(i) ? std::to_string(++rank) : "-", trials_[i].number);
       for (const auto& [k, v] : trials_[i].values) md += " " + v + " |";
-      md +=
-          fmt::format(" {} | {} |\n", metricText(outcomes_[i], spec_.metric), outcomes_[i].status);
+      md += fmt::format(" {} | {} |\n", value(i) ? metricText(outcomes_[i], spec_.metric) : "-",
+                        outcomes_[i].status);
     }
     io::writeFileAtomic(spec_.dir + "/sweep_summary.md", md);
     fmt::print("\n{}\n", md);
