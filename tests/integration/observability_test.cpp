@@ -104,3 +104,23 @@ TEST_CASE("TensorBoard event files hold every logged scalar at its step") {
   CHECK(tb["train/loss"].size() == 20);
   CHECK(tb["eval/accuracy"].size() == 5);
 }
+
+TEST_CASE("after a resume TensorBoard shows each step once, as metrics.jsonl does") {
+  TempDir dir;
+  auto a = train(dir / "run");
+  a.insert(a.end() - 2, "train.checkpoint_every=100");
+  REQUIRE(runLtrain(a, {{"LTRAIN_FAULT_KILL_AT_STEP", "130"}}).exit_code == 128 + 9);
+  REQUIRE(runLtrain(a).exit_code == 0);  // resumes from step 100
+  ltrain::test::writeText(dir / "steps.py",
+                          "import sys\n"
+                          "from tensorboard.backend.event_processing.event_accumulator import "
+                          "EventAccumulator\n"
+                          "ea = EventAccumulator(sys.argv[1], size_guidance={'scalars': 0})\n"
+                          "ea.Reload()\n"
+                          "print(' '.join(str(e.step) for e in ea.Scalars('train/loss')))\n");
+  auto r = ltrain::test::runProcess({LTRAIN_PYTHON, dir / "steps.py", dir / "run/tensorboard"});
+  REQUIRE(r.exit_code == 0);
+  std::string expected;
+  for (int s = 25; s <= 500; s += 25) expected += (expected.empty() ? "" : " ") + std::to_string(s);
+  CHECK(r.out == expected + "\n");  // 125, logged before the kill, appears once
+}

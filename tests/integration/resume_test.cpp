@@ -133,3 +133,22 @@ TEST_CASE("train.keep_checkpoints keeps the newest K") {
   CHECK_THAT(left[0], Catch::Matchers::EndsWith("step-00000057.pt"));
   CHECK_THAT(left[1], Catch::Matchers::EndsWith("step-00000056.pt"));
 }
+
+TEST_CASE("resuming with another model is refused, however many checkpoints there are") {
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 3\n");
+  auto killed =
+      runLtrain(args(dir / "c.yaml", dir / "run", "1"), {{"LTRAIN_FAULT_KILL_AT_STEP", "13"}});
+  REQUIRE(killed.exit_code == 128 + 9);
+  REQUIRE(ltrain::train::checkpointsNewestFirst(dir / "run/checkpoints").size() == 3);
+  // The model changed: each checkpoint is refused (the fallback compares against the config's
+  // own shapes, not against what the refused one left behind), and nothing trains.
+  auto a = args(dir / "c.yaml", dir / "run", "1");
+  a.push_back("model.hidden=[8]");
+  auto r = runLtrain(a);
+  INFO(r.out << r.err);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Matchers::Contains("step-00000004.pt' is from another model"));
+  CHECK_THAT(r.err, Catch::Matchers::Contains("has shape [32, 36] there, this config's model "
+                                              "expects [8, 36]"));
+}

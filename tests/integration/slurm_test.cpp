@@ -33,7 +33,7 @@ TEST_CASE("the example sbatch script starts one agent per node and they train to
             "synthetic_test_samples: 64, batch_size: 16}\nmodel: {hidden: [16]}\n");
   auto r = ltrain::test::runProcess(
       {"bash", std::string(LTRAIN_SOURCE_DIR) + "/scripts/slurm/train.sbatch", dir / "c.yaml",
-       "train.epochs=1"},
+       "train.epochs=1", "model.hidden=[16, 8]"},
       {{"PATH", dir / "bin:" + std::string(std::getenv("PATH"))},
        {"SLURM_JOB_NODELIST", "node[1-2]"},
        {"SLURM_NNODES", "2"},

@@ -34,7 +34,9 @@ c10::intrusive_ptr<c10d::Store> openStore(const Runtime& rt, Ms timeout, bool ma
   o.timeout = timeout;
   // Listening on the master address only (loopback unless the job spans nodes), not on every
   // interface as c10d would.
-  if (o.isServer) o.masterListenFd = listenOn(rt.master_addr, rt.master_port);
+  if (o.isServer)
+    o.masterListenFd =
+        listenOn(rt.master_addr, rt.master_port, rt.world_size > rt.local_world_size);
   c10::intrusive_ptr<c10d::Store> store;
   try {
     store = c10::make_intrusive<c10d::TCPStore>(rt.master_addr, o);
@@ -77,7 +79,10 @@ std::shared_ptr<Comm> Comm::connect(const Runtime& rt, const config::DistConfig&
   c->store_ = openStore(rt, c->timeout_, true);
   c->barrier("rendezvous");
   // The watchdog's own connection: its heartbeat must not queue behind a blocking wait.
-  c->watchdog_ = std::make_unique<Watchdog>(openStore(rt, c->timeout_, false), rt.rank,
+  // A short store timeout for it: a stopped store host must not stall the heartbeat for the
+  // whole dist.timeout_s.
+  const Ms beat_timeout = std::max(Ms(1000), 2 * Watchdog::periodFor(c->timeout_));
+  c->watchdog_ = std::make_unique<Watchdog>(openStore(rt, beat_timeout, false), rt.rank,
                                             rt.world_size, c->timeout_, [](const std::string& m) {
                                               reportError(m);
                                               std::_Exit(1);  // the launcher ends the rest
@@ -90,11 +95,18 @@ std::shared_ptr<Comm> Comm::connect(const Runtime& rt, const config::DistConfig&
       // Loopback jobs talk over loopback; multi-node jobs over the interface that reaches the
       // master (or GLOO_SOCKET_IFNAME's), whatever this machine's hostname resolves to.
       const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-      opts->devices.push_back(
-          isLoopback(rt.master_addr) ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
-          : ifname && *ifname        ? c10d::ProcessGroupGloo::createDeviceForInterface(ifname)
-                                     : c10d::ProcessGroupGloo::createDeviceForHostname(
-                                           localAddressToward(rt.master_addr, rt.master_port)));
+      if (isLoopback(rt.master_addr)) {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      } else if (ifname && *ifname) {
+        opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+      } else {
+        const std::string local = localAddressToward(rt.master_addr, rt.master_port);
+        // On the master's own node the route may be loopback (its name resolving to 127.0.1.1):
+        // then torch's default choice (hostname, else the default route's interface).
+        opts->devices.push_back(isLoopback(local)
+                                    ? c10d::ProcessGroupGloo::createDefaultDevice()
+                                    : c10d::ProcessGroupGloo::createDeviceForHostname(local));
+      }
       c->backend_ =
           c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, rt.rank, rt.world_size, opts);
     } else {

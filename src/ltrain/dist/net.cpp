@@ -42,8 +42,18 @@ bool isLoopback(const std::string& addr) {
   return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
 }
 
-int listenOn(const std::string& addr, int port) {
+int listenOn(const std::string& addr, int port, bool multi_node) {
   auto ai = resolve(addr, port, SOCK_STREAM);
+  // A node's own name often resolves to 127.0.1.1 (Debian's /etc/hosts): listening there would
+  // shut the other nodes out, so a multi-node job named that way listens on every interface.
+  const bool widen =
+      multi_node && !isLoopback(addr) && isLoopback(numeric(ai->ai_addr, ai->ai_addrlen));
+  if (widen) {
+    if (ai->ai_family == AF_INET)
+      reinterpret_cast<sockaddr_in*>(ai->ai_addr)->sin_addr.s_addr = htonl(INADDR_ANY);
+    else
+      reinterpret_cast<sockaddr_in6*>(ai->ai_addr)->sin6_addr = in6addr_any;
+  }
   int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) throw std::runtime_error(fmt::format("socket: {}", std::strerror(errno)));
   const int one = 1;

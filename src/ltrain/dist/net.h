@@ -10,7 +10,8 @@ bool isLoopback(const std::string& addr);
 
 // A TCP socket listening on `addr`:`port` (0: a free port), ready for c10d's masterListenFd.
 // UsageError for a port in use or an address that is not this machine's.
-int listenOn(const std::string& addr, int port);
+// A multi-node job whose master name resolves to loopback here listens on every interface.
+int listenOn(const std::string& addr, int port, bool multi_node);
 int boundPort(int fd);
 
 // This machine's address on the route to `host` (no packet is sent). UsageError when `host`

@@ -62,10 +62,10 @@ Watchdog::Watchdog(c10::intrusive_ptr<c10d::Store> store, int64_t rank, int64_t 
       timeout_(timeout),
       // Ten looks per timeout, within [100 ms, 2 s]; the verdict comes two periods before the
       // collectives' own timeout.
-      period_(std::clamp<Ms>(timeout / 10, Ms(100), Ms(2000))),
+      period_(periodFor(timeout)),
       limit_(std::max<Ms>(timeout - 2 * period_, period_)),
       on_hang_(std::move(on_hang)),
-      peers_(static_cast<size_t>(world_size)) {
+      peers_(static_cast<size_t>(world_size), Peer{"", Clock::now()}) {
   beat();  // the key exists before any peer can look for it
   thread_ = std::thread([this] { run(); });
 }
@@ -113,16 +113,16 @@ void Watchdog::run() {
       std::lock_guard<std::mutex> peers_lock(peers_mutex_);
       for (size_t r = 0; r < values.size(); ++r) {
         std::string v(values[r].begin(), values[r].end());
-        if (v != peers_[r].beat || peers_[r].changed == Clock::time_point{})
-          peers_[r].beat = v, peers_[r].changed = now;
+        if (v != peers_[r].beat) peers_[r].beat = v, peers_[r].changed = now;
       }
       store_ok = now;
     } catch (const std::exception& e) {
-      if (now - store_ok > limit_)
+      const auto failed = Clock::now();  // the call itself may have waited its whole timeout
+      if (failed - store_ok > limit_)
         on_hang_(fmt::format(
             "rank {}: the rendezvous store has not answered for {:.0f} s (its host, rank 0 or the "
             "launcher, may be stopped or dead)",
-            rank_, std::chrono::duration<double>(now - store_ok).count()));
+            rank_, std::chrono::duration<double>(failed - store_ok).count()));
     }
     const int64_t since = wait_since_ns_.load(std::memory_order_relaxed);
     if (since != 0) {
@@ -157,7 +157,9 @@ std::string Watchdog::diagnose(double waited_s) {
     const auto& p = peers_[static_cast<size_t>(r)];
     const double quiet = std::chrono::duration<double>(now - p.changed).count();
     const Beat b = parse(p.beat);
-    if (quiet > std::chrono::duration<double>(limit_).count()) {
+    // A live peer's beat changes every period; three quiet periods mean it has stopped (the
+    // wait's own limit would miss one that stopped just as this rank began to wait).
+    if (quiet > 3 * std::chrono::duration<double>(period_).count()) {
       silent.push_back(r);
       silent_s = std::max(silent_s, quiet);
     } else if (static_cast<Phase>(b.phase) != Phase::kCommunicate) {

@@ -8,6 +8,7 @@
 #pragma once
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -50,6 +51,11 @@ class Watchdog {
   };
 
   std::chrono::milliseconds period() const { return period_; }
+  // Ten looks per timeout, within [100 ms, 2 s].
+  static std::chrono::milliseconds periodFor(std::chrono::milliseconds timeout) {
+    return std::clamp<std::chrono::milliseconds>(timeout / 10, std::chrono::milliseconds(100),
+                                                 std::chrono::milliseconds(2000));
+  }
 
   // After a collective failed: the ranks whose heartbeat does not move for three periods (dead,
   // or their node went away), to name them in the error.

@@ -125,6 +125,17 @@ void TensorBoardWriter::scalars(int64_t step, double wall_time,
   writeRecord(e);
 }
 
+void TensorBoardWriter::sessionStart(int64_t step, double wall_time) {
+  // Event.session_log (field 7) = SessionLog{status (field 1) = START (1)}: TensorBoard's reader
+  // then drops the points written earlier at `step` or later.
+  constexpr int kEventSessionLog = 7, kSessionLogStatus = 1, kStart = 1;
+  std::string log;
+  putInt64(log, kSessionLogStatus, kStart);
+  std::string e = eventHeader(wall_time, step);
+  putBytes(e, kEventSessionLog, log);
+  writeRecord(e);
+}
+
 void TensorBoardWriter::flush() {
   out_.flush();
   if (!out_) throw std::runtime_error(fmt::format("cannot write {}", path_));

@@ -24,6 +24,9 @@ class TensorBoardWriter {
   void scalars(int64_t step, double wall_time,
                const std::vector<std::pair<std::string, double>>& values);
   void flush();
+  // Marks a restart at `step` (a resumed run): TensorBoard drops the points written earlier at
+  // `step` or later, as metrics.jsonl drops its records after the checkpoint.
+  void sessionStart(int64_t step, double wall_time);
 
   const std::string& path() const { return path_; }
 

@@ -27,9 +27,10 @@
 namespace ltrain::launch {
 namespace {
 
-volatile sig_atomic_t g_signal = 0;
+volatile sig_atomic_t g_signal = 0, g_signals = 0;
 void onSignal(int s) {
   g_signal = s;
+  g_signals = g_signals + 1;  // a second one (Ctrl-C twice) cuts the grace period short
 }
 
 using Clock = std::chrono::steady_clock;
@@ -133,7 +134,10 @@ class Launcher {
         const int sig = g_signal;
         say(fmt::format("got signal {}; stopping the workers", sig));
         stopAll(sig);
-        return 128 + sig;
+        // A signal during the last eval or checkpoint: the workers finished all the same.
+        bool all_done = true;
+        for (const auto& w : workers_) all_done = all_done && w.pid > 0 && !failed(w.status);
+        return all_done ? 0 : 128 + sig;
       }
       if (failed_rank < 0) return 0;
       const Worker& w = workers_[failed_rank];
@@ -178,7 +182,7 @@ class Launcher {
     so.waitWorkers = false;
     // Bound to the master address alone: loopback for a single node (the default), the address
     // the other nodes dial for a multi-node job.
-    so.masterListenFd = dist::listenOn(o_.master_addr, o_.master_port);
+    so.masterListenFd = dist::listenOn(o_.master_addr, o_.master_port, o_.nnodes > 1);
     so.port = static_cast<uint16_t>(dist::boundPort(*so.masterListenFd));
     try {
       store_ = c10::make_intrusive<c10d::TCPStore>(o_.master_addr, so);
@@ -318,7 +322,9 @@ class Launcher {
         if (w.pid > 0 && !w.exited) return true;
       return false;
     };
-    while (running() && Clock::now() < until) pump(50), reap();
+    const int signals_before = g_signals;
+    while (running() && Clock::now() < until && g_signals <= std::max(signals_before, 1))
+      pump(50), reap();
   }
 
   void stopAll(int sig) {

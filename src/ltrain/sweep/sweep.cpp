@@ -28,9 +28,10 @@ namespace fs = std::filesystem;
 namespace ltrain::sweep {
 namespace {
 
-volatile sig_atomic_t g_signal = 0;
+volatile sig_atomic_t g_signal = 0, g_signals = 0;
 void onSignal(int s) {
   if (!g_signal) g_signal = s;
+  g_signals = g_signals + 1;  // a second one (Ctrl-C twice): the trials are killed outright
 }
 
 using Clock = std::chrono::steady_clock;
@@ -137,7 +138,17 @@ class Runner {
     sigemptyset(&sa.sa_mask);
     sigaction(SIGINT, &sa, &old_int);
     sigaction(SIGTERM, &sa, &old_term);
-    schedule(todo);
+    try {
+      schedule(todo);
+    } catch (...) {
+      // Never leave trials running behind a failed sweep; record what finished.
+      for (const auto& r : running_) kill(-r.pid, SIGTERM);
+      for (const auto& r : running_) waitpid(r.pid, nullptr, 0);
+      sigaction(SIGINT, &old_int, nullptr);
+      sigaction(SIGTERM, &old_term, nullptr);
+      writeSummary();
+      throw;
+    }
     sigaction(SIGINT, &old_int, nullptr);
     sigaction(SIGTERM, &old_term, nullptr);
     writeSummary();
@@ -222,7 +233,7 @@ class Runner {
 
   void schedule(const std::vector<size_t>& todo) {
     const int gpus = gpuCount();
-    std::vector<Running> running;
+    auto& running = running_;
     std::vector<bool> slot_busy(static_cast<size_t>(spec_.parallel), false);
     size_t next = 0;
     bool forwarded = false;
@@ -233,6 +244,8 @@ class Runner {
         for (const auto& r : running) kill(-r.pid, g_signal);
         forwarded = true;
       }
+      if (g_signals > 1)
+        for (const auto& r : running) kill(-r.pid, SIGKILL);
       while (!g_signal && next < todo.size() && running.size() < slot_busy.size()) {
         const int slot = static_cast<int>(std::find(slot_busy.begin(), slot_busy.end(), false) -
                                           slot_busy.begin());
@@ -306,7 +319,10 @@ class Runner {
       throw std::runtime_error(fmt::format("cannot write '{}': {}", log, std::strerror(errno)));
     const pid_t parent = getpid();
     const pid_t pid = fork();
-    if (pid < 0) throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
+    if (pid < 0) {
+      ::close(fd);
+      throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
+    }
     if (pid == 0) {
       // Only async-signal-safe calls until exec.
       setpgid(0, 0);
@@ -403,6 +419,7 @@ class Runner {
   std::string self_;
   std::vector<Trial> trials_;
   std::vector<Outcome> outcomes_;
+  std::vector<Running> running_;
 };
 
 }  // namespace
@@ -482,7 +499,7 @@ SweepSpec loadSweepFile(const std::string& path, const std::string& output_dir_f
 }
 
 int runSweep(const SweepSpec& spec, const std::string& self_exe) {
-  g_signal = 0;
+  g_signal = 0, g_signals = 0;
   Runner r(spec, self_exe);
   return r.run();
 }

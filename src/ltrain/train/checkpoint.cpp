@@ -32,25 +32,42 @@ void openArchive(const std::string& path, torch::serialize::InputArchive& ar, st
   }
 }
 
-// torch's archive reader replaces a tensor whatever its shape; a checkpoint of another model
-// must not slip in that way. Shapes are taken before the load and compared after it.
-std::vector<std::pair<std::string, std::vector<int64_t>>> shapes(const torch::nn::Module& m) {
-  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
-  for (const auto& p : m.named_parameters()) out.emplace_back(p.key(), p.value().sizes().vec());
-  for (const auto& b : m.named_buffers()) out.emplace_back(b.key(), b.value().sizes().vec());
-  return out;
-}
-void checkSameShapes(const std::string& path,
-                     const std::vector<std::pair<std::string, std::vector<int64_t>>>& expected,
-                     const torch::nn::Module& m) {
-  const auto got = shapes(m);
-  for (size_t i = 0; i < expected.size() && i < got.size(); ++i)
-    if (got[i].second != expected[i].second)
-      throw UsageError(fmt::format(
-          "checkpoint '{}' is from another model: '{}' has shape [{}] there, this config's model "
-          "expects [{}]",
-          path, got[i].first, fmt::join(got[i].second, ", "), fmt::join(expected[i].second, ", ")));
-}
+// torch's archive reader swaps each tensor's storage in place, whatever its shape. A checkpoint
+// of another model must neither slip in that way nor leave the model half replaced (a fallback to
+// an older checkpoint compares against the model's own shapes), so the load is guarded: on a
+// mismatch every tensor gets its own storage back.
+class GuardedLoad {
+ public:
+  explicit GuardedLoad(torch::nn::Module& m) {
+    for (auto& p : m.named_parameters()) keep(p.key(), p.value());
+    for (auto& b : m.named_buffers()) keep(b.key(), b.value());
+  }
+  void check(const std::string& path) {
+    for (const auto& e : entries_)
+      if (!e.live.sizes().equals(e.before.sizes())) {
+        const std::string msg = fmt::format(
+            "checkpoint '{}' is from another model: '{}' has shape [{}] there, this config's "
+            "model expects [{}]",
+            path, e.name, fmt::join(e.live.sizes(), ", "), fmt::join(e.before.sizes(), ", "));
+        restore();
+        throw UsageError(msg);
+      }
+  }
+  void restore() {
+    torch::NoGradGuard no_grad;
+    for (auto& e : entries_) e.live.set_(e.before);
+  }
+
+ private:
+  struct Entry {
+    std::string name;
+    torch::Tensor live, before;  // `before`: another handle on the original storage and sizes
+  };
+  void keep(const std::string& name, const torch::Tensor& t) {
+    entries_.push_back({name, t, t.detach()});
+  }
+  std::vector<Entry> entries_;
+};
 
 int64_t readInt(torch::serialize::InputArchive& ar, const char* key) {
   torch::Tensor t;
@@ -148,9 +165,14 @@ void loadCheckpointModel(const std::string& path, torch::nn::Module& model) {
     std::string bytes;
     openArchive(path, ar, bytes);
     ar.read("model", model_ar);
-    const auto expected = shapes(model);
-    model.load(model_ar);
-    checkSameShapes(path, expected, model);
+    GuardedLoad guard(model);
+    try {
+      model.load(model_ar);
+    } catch (...) {
+      guard.restore();
+      throw;
+    }
+    guard.check(path);
   } catch (const c10::Error& e) {
     std::string why = e.what_without_backtrace();
     throw UsageError(
@@ -168,9 +190,14 @@ LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
     openArchive(path, ar, bytes);
     ar.read("model", model_ar);
     ar.read("optimizer", opt_ar);
-    const auto expected = shapes(model);
-    model.load(model_ar);
-    checkSameShapes(path, expected, model);
+    GuardedLoad guard(model);
+    try {
+      model.load(model_ar);
+    } catch (...) {
+      guard.restore();
+      throw;
+    }
+    guard.check(path);
     opt.load(opt_ar);
     s.step = readInt(ar, "step");
     s.epoch = readInt(ar, "epoch");

@@ -188,9 +188,9 @@ class Loop {
       // A start from scratch (step 0) drops what an attempt that died before its first checkpoint
       // logged: found by tests/soak/kill_soak.sh.
       metrics_.open(run_.metrics(), run_.resume_from ? state_.step : 0);
-      // A resumed run writes a new events file; TensorBoard drops the old file's points past the
-      // step it resumes from, as metrics.jsonl does.
       tensorboard_ = std::make_unique<io::TensorBoardWriter>(run_.path + "/tensorboard");
+      // TensorBoard keeps the points before the restart's step: the checkpoint's own step stays.
+      if (run_.resume_from) tensorboard_->sessionStart(state_.step + 1, wallTime());
       spdlog::info(
           "{}: {} with {} parameters, {} training / {} test examples, {} steps, {} process(es){}",
           cfg_.name, cfg_.model.name, models::parameterCount(*model_), splits_.train.size(),
@@ -485,7 +485,10 @@ class Loop {
         {"train/grad_norm", grad_norm},
         {"train/skipped_steps", static_cast<double>(state_.skipped_steps)}};
     if (scaler_.enabled()) tb.emplace_back("train/loss_scale", scaler_.scale());
-    if (tensorboard_) tensorboard_->scalars(state_.step, wallTime(), tb);
+    if (tensorboard_) {
+      tensorboard_->scalars(state_.step, wallTime(), tb);
+      tensorboard_->flush();  // as metrics.jsonl: what was logged survives a kill
+    }
     io::JsonObject j;
     j.add("step", state_.step)
         .add("epoch", state_.epoch)
