@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
+#include <csignal>
 #include <map>
 #include <set>
 
@@ -76,8 +77,11 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
       offset += slots_[s].numel;
     }
     const auto& first = slots_[g.front()].param;
-    b.buffer = torch::zeros(
-        {offset}, first.options().dtype(wireType(opts_.compression, first.scalar_type())));
+    const bool last = &g == &groups.back();
+    if (last && opts_.pending_signal) vote_offset_ = offset;
+    b.buffer =
+        torch::zeros({offset + (vote_offset_ >= 0 && last ? 2 : 0)},
+                     first.options().dtype(wireType(opts_.compression, first.scalar_type())));
     b.slots = g;
     buckets_.push_back(std::move(b));
   }
@@ -161,6 +165,11 @@ void DistributedDataParallel::markReady(size_t s) {
 void DistributedDataParallel::launchReady() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& b = buckets_[next_launch_++];
+    if (vote_offset_ >= 0 && next_launch_ == buckets_.size()) {
+      const int sig = opts_.pending_signal();
+      b.buffer.narrow(0, vote_offset_, 2)
+          .copy_(torch::tensor({sig == SIGTERM ? 1.f : 0.f, sig == SIGINT ? 1.f : 0.f}));
+    }
     std::vector<at::Tensor> io{b.buffer};
     b.work = pg_->allreduce(io);
     ++stats_.allreduce_calls;
@@ -218,6 +227,11 @@ void DistributedDataParallel::finishBackward() {
       else
         p.mutable_grad() = reduced.to(p.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
     }
+  }
+  if (vote_offset_ >= 0) {
+    const auto votes =
+        buckets_.back().buffer.narrow(0, vote_offset_, 2).to(torch::kCPU, torch::kFloat);
+    stop_vote_ = votes[0].item<float>() > 0 ? SIGTERM : votes[1].item<float>() > 0 ? SIGINT : 0;
   }
   if (used_work) {
     used_work->wait(opts_.timeout);

@@ -180,6 +180,7 @@ class Loop {
       o.find_unused_parameters = cfg_.dist.find_unused_parameters;
       o.compression = cfg_.dist.grad_compression;
       o.timeout = comm_->timeout();
+      o.pending_signal = [] { return StopSignal::pending(); };
       ddp_ = std::make_unique<dist::DistributedDataParallel>(model_.ptr(), comm_->backend(),
                                                              rt_.world_size, o);
       has_buffers_ = !model_->buffers().empty();
@@ -349,21 +350,6 @@ class Loop {
     return s;
   }
 
-  // The signal vote: each rank's pending signal, the largest wins. Started with the step and
-  // awaited after it, so the tiny allreduce overlaps the step's compute; a signal that arrives
-  // during a step therefore stops the job one step later, on every rank at the same step.
-  void launchStopVote() {
-    stop_vote_ = torch::full({1}, static_cast<float>(StopSignal::pending()), device_);
-    std::vector<at::Tensor> ts{stop_vote_};
-    stop_work_ = comm_->backend()->allreduce(ts, c10d::AllreduceOptions{c10d::ReduceOp::MAX});
-  }
-  int collectStopVote() {
-    dist::Watchdog::Waiting waiting(&comm_->watchdog());
-    stop_work_->wait(comm_->timeout());
-    stop_work_.reset();
-    return static_cast<int>(stop_vote_.item<float>());
-  }
-
   void injectFaults(torch::Tensor& loss) {
     const int64_t s = state_.step + 1;
     if (faultAt("NAN", s, rt_)) loss = loss * std::nan("");
@@ -420,7 +406,6 @@ class Loop {
       const double lr = learningRate(cfg_.optimizer, cfg_.scheduler, state_.step, total_steps_);
       setLearningRate(*optimizer_, lr);
       int64_t samples = 0;
-      if (comm_) launchStopVote();
       const double loss = step(loader, k, samples, w);
       ++state_.step;
       if (first_step_wall_time_ == 0) first_step_wall_time_ = wallTime();
@@ -456,7 +441,7 @@ class Loop {
       w.start += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(paused));
       if (faultAt("KILL", state_.step, rt_)) std::raise(SIGKILL);
       if (faultAt("SIGNAL", state_.step, rt_)) std::raise(SIGTERM);
-      stop_signal_ = comm_ ? collectStopVote() : StopSignal::pending();
+      stop_signal_ = ddp_ ? ddp_->stopVote() : StopSignal::pending();
       if (stop_signal_ != 0) {
         if (state_.step % cfg_.train.log_every != 0 && state_.step != total_steps_) logTrain(w, lr);
         return;
@@ -601,8 +586,6 @@ class Loop {
   int64_t start_step_ = 0;
   std::unique_ptr<io::TensorBoardWriter> tensorboard_;  // rank 0: <run>/tensorboard/
   int stop_signal_ = 0;
-  torch::Tensor stop_vote_;
-  c10::intrusive_ptr<c10d::Work> stop_work_;
   double first_step_wall_time_ = 0, peak_rss_mb_ = 0;
 };
 
