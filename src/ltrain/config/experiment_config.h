@@ -10,6 +10,7 @@ namespace ltrain::config {
 struct DataConfig {
   std::string dataset;
   std::string path;
+  std::string label_column;  // csv: the class column
   int64_t batch_size;
   int64_t eval_batch_size;
   int64_t num_workers;

@@ -144,10 +144,14 @@ std::vector<Option> buildSchema() {
       LT_OPT(seed, "Seed for weight init, dropout and the sampler", int64_t{0}).atLeast(0),
       LT_OPT(output_dir, "Directory under which run directories are made", S("runs")),
 
-      LT_OPT(data.dataset, "Dataset", S("fashion_mnist"))
-          .oneOf({"fashion_mnist", "mnist", "synthetic"}),
+      LT_OPT(data.dataset,
+             "Dataset: IDX images (fashion_mnist, mnist), CIFAR binary files (cifar10, cifar100), "
+             "a table (csv: train.csv and test.csv), or synthetic",
+             S("fashion_mnist"))
+          .oneOf({"fashion_mnist", "mnist", "cifar10", "cifar100", "csv", "synthetic"}),
+      LT_OPT(data.label_column, "csv: the column that holds the class", S("label")),
       LT_OPT(data.path,
-             "Directory of the IDX files; empty: the dataset's standard location "
+             "Directory of the dataset's files; empty: its standard location "
              "(/usr/share/datasets/fashion-mnist for fashion_mnist)",
              S("")),
       LT_OPT(data.batch_size, "Training batch size per process", int64_t{64}).atLeast(1),

@@ -6,6 +6,8 @@
 #include <filesystem>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/data/cifar.h"
+#include "ltrain/data/csv_table.h"
 #include "ltrain/data/idx.h"
 
 namespace ltrain::data {
@@ -85,6 +87,15 @@ Splits loadDataset(const config::DataConfig& cfg, uint64_t seed) {
   }
   const std::string dir = resolvedDataPath(cfg);
   std::error_code ec;
+  if (cfg.dataset == "cifar10" || cfg.dataset == "cifar100" || cfg.dataset == "csv") {
+    if (dir.empty() || !std::filesystem::is_directory(dir, ec))
+      throw UsageError(
+          fmt::format("data.path '{}' is not a directory (dataset '{}' needs the "
+                      "directory of its files)",
+                      dir, cfg.dataset));
+    if (cfg.dataset == "csv") return loadCsv(dir, cfg.label_column);
+    return loadCifar(dir, cfg.dataset == "cifar10" ? 10 : 100);
+  }
   if (!std::filesystem::is_directory(dir, ec))
     throw UsageError(
         fmt::format("data.path '{}' is not a directory{}", dir,

@@ -14,6 +14,8 @@ struct Dataset {
   torch::Tensor targets;  // [N], int64
   int64_t num_classes = 0;
   float mean = 0.f, std = 1.f;  // applied after scaling: (x - mean) / std
+  // Per-channel statistics instead (C values each, e.g. CIFAR's RGB); empty: the scalars above.
+  std::vector<float> channel_mean, channel_std;
   int64_t size() const { return targets.size(0); }
   std::vector<int64_t> exampleShape() const { return inputs.sizes().slice(1).vec(); }
 };

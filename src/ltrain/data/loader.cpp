@@ -11,7 +11,14 @@ Batch makeBatch(const Dataset& ds, const int64_t* indices, int64_t count, bool p
   Batch b;
   b.targets = ds.targets.index_select(0, idx);
   auto x = ds.inputs.index_select(0, idx);
-  if (x.scalar_type() == torch::kUInt8) {
+  if (!ds.channel_mean.empty()) {
+    const auto c = static_cast<int64_t>(ds.channel_mean.size());
+    auto mean = torch::from_blob(const_cast<float*>(ds.channel_mean.data()), {1, c, 1, 1});
+    auto std = torch::from_blob(const_cast<float*>(ds.channel_std.data()), {1, c, 1, 1});
+    x = x.to(torch::kFloat);
+    if (ds.inputs.scalar_type() == torch::kUInt8) x.div_(255.f);
+    x.sub_(mean).div_(std);
+  } else if (x.scalar_type() == torch::kUInt8) {
     // (x/255 - mean)/std folded into one multiply-add on the float copy. (A one-pass gather through
     // a 256-entry table measured 3x slower than these vectorised ops: bench/RESULTS.md.)
     const float scale = 1.f / (255.f * ds.std), shift = -ds.mean / ds.std;

@@ -34,9 +34,10 @@ int64_t appendDense(torch::nn::Sequential& seq, int64_t in, const std::vector<in
 
 Classifier build(const config::ModelConfig& cfg, const std::vector<int64_t>& input_shape,
                  int64_t num_classes) {
-  if (input_shape.size() != 3)
-    throw UsageError(fmt::format("model {}: expected inputs [C, H, W], got {} dimensions", cfg.name,
-                                 input_shape.size()));
+  // The MLP flattens whatever it gets (images, or a table's feature vectors); the CNN needs images.
+  if (input_shape.empty() || (cfg.name != "mlp" && input_shape.size() != 3))
+    throw UsageError(fmt::format("model {}: expected inputs [C, H, W]{}, got {} dimensions",
+                                 cfg.name, cfg.name == "mlp" ? " or [F]" : "", input_shape.size()));
   if (cfg.name == "mlp") return Classifier(buildMlp(cfg, input_shape, num_classes));
   if (cfg.name == "cnn") {
     Classifier c(buildCnn(cfg, input_shape, num_classes));

@@ -1,0 +1,131 @@
+#include "ltrain/data/csv_table.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "ltrain/common/errors.h"
+#include "ltrain/io/files.h"
+
+namespace ltrain::data {
+namespace {
+
+// One CSV line: commas separate, double quotes may wrap a field ("" inside is a quote). Written
+// here: no CSV library is on the project's list, and this is the part of RFC 4180 tables need.
+std::vector<std::string> splitCsv(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"')
+        out.back() += '"', ++i;
+      else if (c == '"')
+        quoted = false;
+      else
+        out.back() += c;
+    } else if (c == '"') {
+      quoted = true;
+    } else if (c == ',') {
+      out.emplace_back();
+    } else if (c != '\r') {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
+struct Table {
+  std::vector<float> features;  // row-major
+  std::vector<std::string> labels;
+  int64_t columns = 0;
+};
+
+Table readTable(const std::string& path, const std::string& label_column,
+                std::vector<std::string>* header_out) {
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec))
+    throw UsageError(
+        fmt::format("data file '{}' not found (expected train.csv and test.csv in "
+                    "data.path for dataset 'csv')",
+                    path));
+  std::istringstream in(io::readFile(path));
+  std::string line;
+  if (!std::getline(in, line))
+    throw UsageError(fmt::format("data file '{}' is empty: expected a header row", path));
+  const auto header = splitCsv(line);
+  const auto label_at = std::find(header.begin(), header.end(), label_column) - header.begin();
+  if (label_at == static_cast<long>(header.size()))
+    throw UsageError(fmt::format("data file '{}': no column '{}' (data.label_column) in its header",
+                                 path, label_column));
+  if (header.size() < 2)
+    throw UsageError(
+        fmt::format("data file '{}': expected feature columns besides '{}'", path, label_column));
+  if (header_out && !header_out->empty() && *header_out != header)
+    throw UsageError(fmt::format("data file '{}': its columns differ from train.csv's", path));
+  if (header_out) *header_out = header;
+  Table t;
+  t.columns = static_cast<int64_t>(header.size()) - 1;
+  for (int n = 2; std::getline(in, line); ++n) {
+    if (line.empty() || line == "\r") continue;
+    const auto cells = splitCsv(line);
+    if (cells.size() != header.size())
+      throw UsageError(fmt::format("{}:{}: {} fields, expected {} as in the header", path, n,
+                                   cells.size(), header.size()));
+    for (size_t c = 0; c < cells.size(); ++c) {
+      if (static_cast<long>(c) == label_at) {
+        t.labels.push_back(cells[c]);
+        continue;
+      }
+      char* end = nullptr;
+      const float v = std::strtof(cells[c].c_str(), &end);
+      if (cells[c].empty() || *end != '\0' || !std::isfinite(v))
+        throw UsageError(fmt::format("{}:{}: column '{}' holds '{}', expected a number", path, n,
+                                     header[c], cells[c]));
+      t.features.push_back(v);
+    }
+  }
+  if (t.labels.empty()) throw UsageError(fmt::format("data file '{}' has no rows", path));
+  return t;
+}
+
+}  // namespace
+
+Splits loadCsv(const std::string& dir, const std::string& label_column) {
+  std::vector<std::string> header;
+  Table train = readTable(dir + "/train.csv", label_column, &header);
+  Table test = readTable(dir + "/test.csv", label_column, &header);
+  std::map<std::string, int64_t> classes;
+  for (const auto& l : train.labels) classes.emplace(l, 0);
+  int64_t k = 0;
+  for (auto& [label, id] : classes) id = k++;
+  // Standardised with the training file's statistics (a constant column is left centred).
+  const int64_t f = train.columns;
+  auto tr = torch::from_blob(train.features.data(), {static_cast<int64_t>(train.labels.size()), f})
+                .clone();
+  const auto mean = tr.mean(0), sd = tr.std(0, /*unbiased=*/false).clamp_min(1e-8);
+  Splits s;
+  for (auto [t, d, name] :
+       {std::tuple{&train, &s.train, "train.csv"}, std::tuple{&test, &s.test, "test.csv"}}) {
+    const auto n = static_cast<int64_t>(t->labels.size());
+    d->inputs = (torch::from_blob(t->features.data(), {n, f}).clone() - mean) / sd;
+    d->targets = torch::empty({n}, torch::kLong);
+    for (int64_t i = 0; i < n; ++i) {
+      auto it = classes.find(t->labels[static_cast<size_t>(i)]);
+      if (it == classes.end())
+        throw UsageError(
+            fmt::format("data file '{}/{}': row {} has label '{}', which train.csv "
+                        "never has",
+                        dir, name, i + 1, t->labels[static_cast<size_t>(i)]));
+      d->targets[i] = it->second;
+    }
+    d->num_classes = k;
+  }
+  return s;
+}
+
+}  // namespace ltrain::data
