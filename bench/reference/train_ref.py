@@ -85,6 +85,38 @@ def load_data(cfg, seed):
     return out[0], out[1]
 
 
+class BasicBlock(nn.Module):
+    """ResNet's basic block as ltrain builds it (src/ltrain/models/resnet.cpp)."""
+
+    def __init__(self, cin, cout, stride):
+        super().__init__()
+        self.conv1 = nn.Conv2d(cin, cout, 3, stride=stride, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(cout)
+        self.conv2 = nn.Conv2d(cout, cout, 3, stride=1, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(cout)
+        self.shortcut = None
+        if stride != 1 or cin != cout:
+            self.shortcut = nn.Sequential(nn.Conv2d(cin, cout, 1, stride=stride, bias=False),
+                                          nn.BatchNorm2d(cout))
+
+    def forward(self, x):
+        y = F.relu(self.bn1(self.conv1(x)))
+        y = self.bn2(self.conv2(y))
+        return F.relu(y + (self.shortcut(x) if self.shortcut is not None else x))
+
+
+def resnet_layers(m, shape, classes):
+    blocks = [2, 2, 2, 2] if m["depth"] == 18 else [3, 4, 6, 3]
+    w = m["width"]
+    layers = [nn.Conv2d(shape[0], w, 3, stride=1, padding=1, bias=False), nn.BatchNorm2d(w), nn.ReLU()]
+    cin = w
+    for stage, n in enumerate(blocks):
+        for b in range(n):
+            layers.append(BasicBlock(cin, w << stage, 2 if stage > 0 and b == 0 else 1))
+            cin = w << stage
+    return layers + [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(cin, classes)]
+
+
 class Model(nn.Module):
     """ltrain's models, layer for layer, so parameter names ("layers.1.weight") match."""
 
@@ -92,6 +124,9 @@ class Model(nn.Module):
         super().__init__()
         act = ACTIVATIONS[m["activation"]]
         layers = []
+        if m["name"] == "resnet":
+            self.layers = nn.Sequential(*resnet_layers(m, shape, classes))
+            return
         if m["name"] == "mlp":
             layers.append(nn.Flatten())
             width = math.prod(shape)

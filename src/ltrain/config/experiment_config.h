@@ -35,6 +35,8 @@ struct ModelConfig {
   bool batch_norm;
   bool channels_last;
   std::vector<int64_t> fc;
+  int64_t depth;  // resnet: 18 or 34
+  int64_t width;  // resnet: channels of the first stage
 };
 
 struct OptimizerConfig {

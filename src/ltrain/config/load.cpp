@@ -97,6 +97,8 @@ void validate(const LoadedConfig& lc, const std::map<std::string, bool>& explici
   if (c.data.synthetic_shape.size() != 3)
     throw UsageError(fmt::format("data.synthetic_shape must be [C, H, W] (3 values), got {}",
                                  c.data.synthetic_shape.size()));
+  if (c.model.depth != 18 && c.model.depth != 34)
+    throw UsageError(fmt::format("model.depth must be 18 or 34, got {}", c.model.depth));
   if (c.model.kernel_size % 2 == 0)
     throw UsageError(fmt::format("model.kernel_size must be odd, got {}", c.model.kernel_size));
   if (c.name.empty() || c.name.find('/') != std::string::npos)

@@ -174,7 +174,7 @@ std::vector<Option> buildSchema() {
           .atLeast(1),
       LT_OPT(data.synthetic_classes, "synthetic: number of classes", int64_t{10}).atLeast(2),
 
-      LT_OPT(model.name, "Model family", S("mlp")).oneOf({"mlp", "cnn"}),
+      LT_OPT(model.name, "Model family", S("mlp")).oneOf({"mlp", "cnn", "resnet"}),
       LT_OPT(model.init_from,
              "Initial weights from a .safetensors file with PyTorch's parameter names; empty: "
              "seeded init",
@@ -206,6 +206,13 @@ std::vector<Option> buildSchema() {
       LT_OPT(model.fc, "cnn: fully connected layer sizes before the classifier", IntList{128})
           .atLeast(1)
           .forModel("cnn"),
+      LT_OPT(model.depth, "resnet: 18 or 34 layers (basic blocks 2-2-2-2 or 3-4-6-3)",
+             int64_t{18})
+          .forModel("resnet"),
+      LT_OPT(model.width, "resnet: channels of the first stage (doubled at each of the next three)",
+             int64_t{64})
+          .atLeast(1)
+          .forModel("resnet"),
 
       LT_OPT(optimizer.name, "Optimizer", S("sgd")).oneOf({"sgd", "adam", "adamw"}),
       LT_OPT(optimizer.lr, "Peak learning rate", 0.1).positive(),

@@ -39,12 +39,14 @@ Classifier build(const config::ModelConfig& cfg, const std::vector<int64_t>& inp
     throw UsageError(fmt::format("model {}: expected inputs [C, H, W]{}, got {} dimensions",
                                  cfg.name, cfg.name == "mlp" ? " or [F]" : "", input_shape.size()));
   if (cfg.name == "mlp") return Classifier(buildMlp(cfg, input_shape, num_classes));
-  if (cfg.name == "cnn") {
-    Classifier c(buildCnn(cfg, input_shape, num_classes));
+  if (cfg.name == "cnn" || cfg.name == "resnet") {
+    Classifier c(cfg.name == "cnn" ? buildCnn(cfg, input_shape, num_classes)
+                                   : buildResnet(cfg, input_shape, num_classes));
     if (cfg.channels_last) c->useChannelsLast();
     return c;
   }
-  throw UsageError(fmt::format("model.name: unknown model '{}', expected mlp|cnn", cfg.name));
+  throw UsageError(
+      fmt::format("model.name: unknown model '{}', expected mlp|cnn|resnet", cfg.name));
 }
 
 void ClassifierImpl::useChannelsLast() {
