@@ -1,6 +1,6 @@
 // A run killed mid-epoch and resumed with train.resume=auto yields the same loss curve and the same
-// final weights as an uninterrupted run (dropout and shuffling on, so RNG and sampler state
-// matter).
+// final weights as an uninterrupted run (dropout, shuffling and augmentation on, so RNG, sampler
+// and augmentation state matter).
 #include <torch/torch.h>
 #include <yaml-cpp/yaml.h>
 #include <catch2/catch.hpp>
@@ -28,6 +28,8 @@ std::vector<std::string> args(const std::string& config, const std::string& out,
           "data.num_workers=2",
           "model.hidden=[32,16]",
           "model.dropout=0.3",
+          "data.augment=crop_flip",  // its draws must resume exactly too
+          "data.augment_pad=1",
           "optimizer.name=adamw",
           "scheduler.name=cosine",
           "scheduler.warmup_steps=3",

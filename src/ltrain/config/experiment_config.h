@@ -11,6 +11,8 @@ struct DataConfig {
   std::string dataset;
   std::string path;
   std::string label_column;  // csv: the class column
+  std::string augment;       // none | crop_flip
+  int64_t augment_pad;
   int64_t batch_size;
   int64_t eval_batch_size;
   int64_t num_workers;

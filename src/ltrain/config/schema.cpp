@@ -150,6 +150,14 @@ std::vector<Option> buildSchema() {
              S("fashion_mnist"))
           .oneOf({"fashion_mnist", "mnist", "cifar10", "cifar100", "csv", "synthetic"}),
       LT_OPT(data.label_column, "csv: the column that holds the class", S("label")),
+      LT_OPT(data.augment,
+             "Training-image augmentation: none, or crop_flip (a random crop of the image padded by "
+             "data.augment_pad pixels, and a horizontal flip half the time), seeded per rank and "
+             "epoch",
+             S("none"))
+          .oneOf({"none", "crop_flip"}),
+      LT_OPT(data.augment_pad, "crop_flip: zero padding a side before the crop", int64_t{4})
+          .atLeast(0),
       LT_OPT(data.path,
              "Directory of the dataset's files; empty: its standard location "
              "(/usr/share/datasets/fashion-mnist for fashion_mnist)",

@@ -5,7 +5,8 @@
 
 namespace ltrain::data {
 
-Batch makeBatch(const Dataset& ds, const int64_t* indices, int64_t count, bool pin) {
+Batch makeBatch(const Dataset& ds, const int64_t* indices, int64_t count, bool pin,
+                const Augment& augment, int64_t batch_index) {
   torch::NoGradGuard no_grad;
   auto idx = torch::from_blob(const_cast<int64_t*>(indices), {count}, torch::kLong);
   Batch b;
@@ -26,20 +27,23 @@ Batch makeBatch(const Dataset& ds, const int64_t* indices, int64_t count, bool p
   } else if (ds.mean != 0.f || ds.std != 1.f) {
     x = (x - ds.mean) / ds.std;
   }
+  x = augmentBatch(x, augment, batch_index);
   b.inputs = pin ? x.pin_memory() : x;
   if (pin) b.targets = b.targets.pin_memory();
   return b;
 }
 
 Loader::Loader(const Dataset& ds, std::vector<int64_t> indices, int64_t batch_size, bool drop_last,
-               int64_t num_workers, int64_t prefetch, int64_t first_batch, bool pin_memory)
+               int64_t num_workers, int64_t prefetch, int64_t first_batch, bool pin_memory,
+               Augment augment)
     : ds_(ds),
       indices_(std::move(indices)),
       batch_size_(batch_size),
       num_batches_(batchesPerEpoch(static_cast<int64_t>(indices_.size()), batch_size, drop_last)),
       prefetch_(prefetch),
       next_batch_(first_batch),
-      pin_(pin_memory) {
+      pin_(pin_memory),
+      augment_(augment) {
   for (int64_t w = 0; w < num_workers; ++w) workers_.push_back(std::make_unique<Worker>());
   for (size_t w = 0; w < workers_.size(); ++w)
     workers_[w]->thread = std::thread([this, w] { work(w); });
@@ -60,7 +64,7 @@ Batch Loader::build(int64_t b) const {
   const int64_t start = b * batch_size_;
   const int64_t count =
       std::min<int64_t>(batch_size_, static_cast<int64_t>(indices_.size()) - start);
-  return makeBatch(ds_, indices_.data() + start, count, pin_);
+  return makeBatch(ds_, indices_.data() + start, count, pin_, augment_, b);
 }
 
 void Loader::work(size_t w) {

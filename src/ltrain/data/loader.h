@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "ltrain/data/augment.h"
 #include "ltrain/data/dataset.h"
 
 namespace ltrain::data {
@@ -19,16 +20,19 @@ struct Batch {
   torch::Tensor targets;  // int64
 };
 
-// Gathers the examples at `indices` into a normalised float batch; with `pin`, in page-locked
-// memory so that the copy to the GPU can be asynchronous.
-Batch makeBatch(const Dataset& ds, const int64_t* indices, int64_t count, bool pin = false);
+// Gathers the examples at `indices` into a normalised float batch, augmented as `augment` says
+// (batch `batch_index` of the epoch); with `pin`, in page-locked memory so that the copy to the
+// GPU can be asynchronous.
+Batch makeBatch(const Dataset& ds, const int64_t* indices, int64_t count, bool pin = false,
+                const Augment& augment = {}, int64_t batch_index = 0);
 
 class Loader {
  public:
   // Yields batches [first_batch, numBatches()) of `indices` in order. num_workers == 0 builds each
   // batch on the calling thread; otherwise batch b is built by worker b % num_workers.
   Loader(const Dataset& ds, std::vector<int64_t> indices, int64_t batch_size, bool drop_last,
-         int64_t num_workers, int64_t prefetch, int64_t first_batch = 0, bool pin_memory = false);
+         int64_t num_workers, int64_t prefetch, int64_t first_batch = 0, bool pin_memory = false,
+         Augment augment = {});
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -50,6 +54,7 @@ class Loader {
   std::vector<int64_t> indices_;
   int64_t batch_size_, num_batches_, prefetch_, next_batch_;
   bool pin_;
+  Augment augment_;
   std::vector<std::unique_ptr<Worker>> workers_;
   bool stop_ = false;  // guarded by each worker's mutex when read there
 };

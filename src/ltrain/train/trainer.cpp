@@ -393,10 +393,12 @@ class Loop {
 
   void runEpoch() {
     sampler_->setEpoch(state_.epoch);
-    data::Loader loader(splits_.train, sampler_->indices(), cfg_.data.batch_size,
-                        cfg_.data.drop_last, cfg_.data.num_workers, cfg_.data.prefetch,
-                        state_.batch_in_epoch,
-                        /*pin_memory=*/device_.is_cuda());
+    data::Loader loader(
+        splits_.train, sampler_->indices(), cfg_.data.batch_size, cfg_.data.drop_last,
+        cfg_.data.num_workers, cfg_.data.prefetch, state_.batch_in_epoch,
+        /*pin_memory=*/device_.is_cuda(),
+        data::Augment{cfg_.data.augment == "crop_flip", cfg_.data.augment_pad,
+                      data::augmentSeed(static_cast<uint64_t>(cfg_.seed), rt_.rank, state_.epoch)});
     if (state_.batch_in_epoch == 0) state_.epoch_loss_sum = 0, state_.epoch_loss_count = 0;
     model_->train();
     Window w;
