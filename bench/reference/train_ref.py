@@ -65,6 +65,8 @@ class Split:
 
 def load_data(cfg, seed):
     d = cfg["data"]
+    if d["dataset"] not in ("synthetic", "fashion_mnist", "mnist"):
+        raise NotImplementedError(f"the reference reads IDX and synthetic data, not {d['dataset']!r}")
     if d["dataset"] == "synthetic":
         g = torch.Generator()
         g.manual_seed(seed)

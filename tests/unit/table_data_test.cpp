@@ -96,7 +96,7 @@ TEST_CASE("CSV tables: labels by name, standardised features, clear errors") {
     }
     return std::string("no error");
   };
-  const std::string ok = "x,label\n1,a\n";
+  const std::string ok = "x,label\n1,a\n2,c\n";
   CHECK_THAT(error("x,label\n1,a\nz,b\n", ok, "label"),
              Contains("train.csv:3: column 'x' holds 'z', expected a number"));
   CHECK_THAT(error("x,label\n1,a,7\n", ok, "label"),
@@ -106,6 +106,14 @@ TEST_CASE("CSV tables: labels by name, standardised features, clear errors") {
              Contains("label 'b', which train.csv never has"));
   CHECK_THAT(error(ok, "y,label\n1,a\n", "label"), Contains("its columns differ from train.csv's"));
   CHECK_THAT(error("", ok, "label"), Contains("is empty: expected a header row"));
+  CHECK_THAT(error("x,label\n1,a\n2,a\n", ok, "label"),
+             Contains("holds one class, expected at least 2"));
+  // A byte-order mark and spaces around fields are not part of the data.
+  CHECK(error("\xEF\xBB\xBFlabel, x\na , 1\nc, 2 \n", "label,x\na,3\n", "label") == "no error");
+  // A column constant in train.csv is centred, not blown up by a vanishing deviation.
+  writeText(dir / "train.csv", "k,x,label\n5,1,a\n5,2,c\n");
+  writeText(dir / "test.csv", "k,x,label\n6,1,a\n");
+  CHECK(ltrain::data::loadCsv(dir.path(), "label").test.inputs[0][0].item<float>() == Approx(1.0));
 }
 
 TEST_CASE("ltrain trains an MLP on a CSV table") {

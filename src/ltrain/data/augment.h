@@ -16,7 +16,8 @@ struct Augment {
   uint64_t seed = 0;
 };
 
-// `x` is a float batch [B, C, H, W]; returns the augmented batch (x itself when off).
+// `x` is a batch [B, C, H, W] as stored (uint8 or float, before normalisation); returns the
+// augmented batch (x itself when off).
 torch::Tensor augmentBatch(const torch::Tensor& x, const Augment& a, int64_t batch_index);
 
 // The seed of one rank's epoch, spread so that neighbouring ranks and epochs do not correlate.

@@ -36,6 +36,10 @@ std::vector<std::string> splitCsv(const std::string& line) {
       out.back() += c;
     }
   }
+  for (auto& cell : out) {  // "1 ,2": spaces around a field are not part of it
+    const auto b = cell.find_first_not_of(" \t");
+    cell = b == std::string::npos ? "" : cell.substr(b, cell.find_last_not_of(" \t") - b + 1);
+  }
   return out;
 }
 
@@ -57,6 +61,7 @@ Table readTable(const std::string& path, const std::string& label_column,
   std::string line;
   if (!std::getline(in, line))
     throw UsageError(fmt::format("data file '{}' is empty: expected a header row", path));
+  if (line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 byte-order mark
   const auto header = splitCsv(line);
   const auto label_at = std::find(header.begin(), header.end(), label_column) - header.begin();
   if (label_at == static_cast<long>(header.size()))
@@ -103,11 +108,19 @@ Splits loadCsv(const std::string& dir, const std::string& label_column) {
   for (const auto& l : train.labels) classes.emplace(l, 0);
   int64_t k = 0;
   for (auto& [label, id] : classes) id = k++;
+  if (k < 2)
+    throw UsageError(fmt::format(
+        "data file '{}/train.csv': its column '{}' (data.label_column) holds one class, expected "
+        "at least 2",
+        dir, label_column));
   // Standardised with the training file's statistics (a constant column is left centred).
   const int64_t f = train.columns;
   auto tr = torch::from_blob(train.features.data(), {static_cast<int64_t>(train.labels.size()), f})
                 .clone();
-  const auto mean = tr.mean(0), sd = tr.std(0, /*unbiased=*/false).clamp_min(1e-8);
+  // A constant column is centred and left unscaled (divided by 1, not by a vanishing deviation).
+  auto sd = tr.std(0, /*unbiased=*/false);
+  sd = torch::where(sd < 1e-6, torch::ones_like(sd), sd);
+  const auto mean = tr.mean(0);
   Splits s;
   for (auto [t, d, name] :
        {std::tuple{&train, &s.train, "train.csv"}, std::tuple{&test, &s.test, "test.csv"}}) {

@@ -11,7 +11,9 @@ Batch makeBatch(const Dataset& ds, const int64_t* indices, int64_t count, bool p
   auto idx = torch::from_blob(const_cast<int64_t*>(indices), {count}, torch::kLong);
   Batch b;
   b.targets = ds.targets.index_select(0, idx);
-  auto x = ds.inputs.index_select(0, idx);
+  // Cropped and flipped before normalising, so that the padding is black, as torchvision's
+  // RandomCrop before Normalize pads.
+  auto x = augmentBatch(ds.inputs.index_select(0, idx), augment, batch_index);
   if (!ds.channel_mean.empty()) {
     const auto c = static_cast<int64_t>(ds.channel_mean.size());
     auto mean = torch::from_blob(const_cast<float*>(ds.channel_mean.data()), {1, c, 1, 1});
@@ -27,7 +29,6 @@ Batch makeBatch(const Dataset& ds, const int64_t* indices, int64_t count, bool p
   } else if (ds.mean != 0.f || ds.std != 1.f) {
     x = (x - ds.mean) / ds.std;
   }
-  x = augmentBatch(x, augment, batch_index);
   b.inputs = pin ? x.pin_memory() : x;
   if (pin) b.targets = b.targets.pin_memory();
   return b;
