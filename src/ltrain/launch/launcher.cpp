@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <torch/cuda.h>
 #include <unistd.h>
@@ -20,6 +19,7 @@
 #include <thread>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/common/spawn.h"
 #include "ltrain/dist/net.h"
 
 #include "ltrain/io/files.h"
@@ -70,19 +70,6 @@ std::string clock() {
 
 void say(const std::string& line) {
   fmt::print(stderr, "ltrain launch: {}\n", line);
-}
-
-extern "C" char** environ;
-
-// The launcher's environment with `overrides` applied, as strings that outlive a fork.
-std::vector<std::string> mergedEnvironment(const std::map<std::string, std::string>& overrides) {
-  std::vector<std::string> out;
-  for (char** e = environ; *e; ++e) {
-    const std::string entry = *e;
-    if (!overrides.count(entry.substr(0, entry.find('=')))) out.push_back(entry);
-  }
-  for (const auto& [k, v] : overrides) out.push_back(k + "=" + v);
-  return out;
 }
 
 int validatedNproc(const LaunchOptions& o) {
@@ -212,35 +199,12 @@ class Launcher {
         w.log.open(fmt::format("{}/rank_{}.log", o_.log_dir, w.rank), std::ios::app);
         w.log << fmt::format("=== attempt {} started {} ===\n", attempt, clock());
       }
-      // Everything the child needs is built before fork: the parent has threads (the store
-      // server), so the child may only make async-signal-safe calls before exec.
-      const auto env =
-          mergedEnvironment(workerEnv(o_, nproc_, i, port_, attempt, w.error_file, omp_set));
-      std::vector<char*> envp, argv;
-      for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-      envp.push_back(nullptr);
-      for (const auto& a : o_.program) argv.push_back(const_cast<char*>(a.c_str()));
-      argv.push_back(nullptr);
-      const std::string exec_failed = fmt::format("cannot start '{}'\n", o_.program[0]);
       int fds[2];
       if (pipe2(fds, O_CLOEXEC) != 0) throw std::runtime_error("launch: pipe() failed");
-      pid_t pid = fork();
-      if (pid < 0) throw std::runtime_error("launch: fork() failed");
-      if (pid == 0) {
-        setpgid(0, 0);  // its own group: a stop reaches everything the worker started
-        prctl(PR_SET_PDEATHSIG,
-              SIGKILL);  // and a launcher killed outright takes the workers with it
-        signal(SIGINT, SIG_DFL);
-        signal(SIGTERM, SIG_DFL);
-        signal(SIGHUP, SIG_DFL);
-        dup2(fds[1], 1);
-        dup2(fds[1], 2);
-        execvpe(argv[0], argv.data(), envp.data());
-        ssize_t ignored = write(2, exec_failed.data(), exec_failed.size());
-        (void)ignored;
-        _exit(127);
-      }
-      setpgid(pid, pid);
+      // SIGKILL on the launcher's death: a launcher killed outright takes the workers with it.
+      const pid_t pid =
+          spawnInGroup(o_.program, workerEnv(o_, nproc_, i, port_, attempt, w.error_file, omp_set),
+                       fds[1], SIGKILL);
       close(fds[1]);
       w.pid = pid;
       w.fd = fds[0];

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
-#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <yaml-cpp/yaml.h>
@@ -20,6 +19,7 @@
 #include <thread>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/common/spawn.h"
 #include "ltrain/config/load.h"
 #include "ltrain/io/files.h"
 
@@ -302,40 +302,18 @@ class Runner {
       env["OMP_NUM_THREADS"] =
           std::to_string(std::max(1, static_cast<int>(std::thread::hardware_concurrency()) / k));
     }
-    std::vector<std::string> envs;
-    for (char** e = environ; *e; ++e) {
-      const std::string entry = *e;
-      if (!env.count(entry.substr(0, entry.find('=')))) envs.push_back(entry);
-    }
-    for (const auto& [key, v] : env) envs.push_back(key + "=" + v);
-    std::vector<char*> cargv, cenv;
-    for (auto& a : argv) cargv.push_back(a.data());
-    cargv.push_back(nullptr);
-    for (auto& e : envs) cenv.push_back(e.data());
-    cenv.push_back(nullptr);
     const std::string log = dir + "/output.log";
     const int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0)
       throw std::runtime_error(fmt::format("cannot write '{}': {}", log, std::strerror(errno)));
-    const pid_t parent = getpid();
-    const pid_t pid = fork();
-    if (pid < 0) {
+    // SIGTERM should the sweep die: the trial checkpoints and stops.
+    pid_t pid = -1;
+    try {
+      pid = spawnInGroup(argv, env, fd, SIGTERM);
+    } catch (...) {
       ::close(fd);
-      throw std::runtime_error(fmt::format("fork: {}", std::strerror(errno)));
+      throw;
     }
-    if (pid == 0) {
-      // Only async-signal-safe calls until exec.
-      setpgid(0, 0);
-      prctl(PR_SET_PDEATHSIG, SIGTERM);  // a killed sweep stops its trials (they checkpoint)
-      if (getppid() != parent) _exit(1);
-      dup2(fd, STDOUT_FILENO);
-      dup2(fd, STDERR_FILENO);
-      signal(SIGINT, SIG_DFL);
-      signal(SIGTERM, SIG_DFL);
-      execve(cargv[0], cargv.data(), cenv.data());
-      _exit(127);
-    }
-    setpgid(pid, pid);
     ::close(fd);
     return pid;
   }

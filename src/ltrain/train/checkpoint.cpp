@@ -69,6 +69,21 @@ class GuardedLoad {
   std::vector<Entry> entries_;
 };
 
+// The archive's "model" part into `model`, refused (and undone) when it is another model's.
+void loadModel(torch::serialize::InputArchive& ar, torch::nn::Module& model,
+               const std::string& path) {
+  torch::serialize::InputArchive model_ar;
+  ar.read("model", model_ar);
+  GuardedLoad guard(model);
+  try {
+    model.load(model_ar);
+  } catch (...) {
+    guard.restore();
+    throw;
+  }
+  guard.check(path);
+}
+
 int64_t readInt(torch::serialize::InputArchive& ar, const char* key) {
   torch::Tensor t;
   ar.read(key, t);
@@ -161,18 +176,10 @@ void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::op
 
 void loadCheckpointModel(const std::string& path, torch::nn::Module& model) {
   try {
-    torch::serialize::InputArchive ar, model_ar;
+    torch::serialize::InputArchive ar;
     std::string bytes;
     openArchive(path, ar, bytes);
-    ar.read("model", model_ar);
-    GuardedLoad guard(model);
-    try {
-      model.load(model_ar);
-    } catch (...) {
-      guard.restore();
-      throw;
-    }
-    guard.check(path);
+    loadModel(ar, model, path);
   } catch (const c10::Error& e) {
     std::string why = e.what_without_backtrace();
     throw UsageError(
@@ -185,19 +192,11 @@ LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
                          torch::optim::Optimizer& opt) {
   LoopState s;
   try {
-    torch::serialize::InputArchive ar, model_ar, opt_ar;
+    torch::serialize::InputArchive ar, opt_ar;
     std::string bytes;
     openArchive(path, ar, bytes);
-    ar.read("model", model_ar);
+    loadModel(ar, model, path);
     ar.read("optimizer", opt_ar);
-    GuardedLoad guard(model);
-    try {
-      model.load(model_ar);
-    } catch (...) {
-      guard.restore();
-      throw;
-    }
-    guard.check(path);
     opt.load(opt_ar);
     s.step = readInt(ar, "step");
     s.epoch = readInt(ar, "epoch");

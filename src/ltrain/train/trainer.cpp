@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <csignal>
 #include <cstdlib>
@@ -90,8 +91,17 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
 // attempt only (a restarted job runs through): KILL sends SIGKILL to itself after that step, NAN
 // makes that step's loss nan, SIGNAL sends itself SIGTERM after it, HANG spins in that step's
 // forward pass and STOP sends itself SIGSTOP there.
-bool faultAt(const char* what, int64_t step, const dist::Runtime& rt) {
-  const char* spec = std::getenv(fmt::format("LTRAIN_FAULT_{}_AT_STEP", what).c_str());
+// Read once: the hooks are asked every step, and the environment does not change.
+enum Fault { kKill, kNan, kSignal, kHang, kStop };
+bool faultAt(Fault what, int64_t step, const dist::Runtime& rt) {
+  static const std::array<const char*, 5> specs = [] {
+    std::array<const char*, 5> out{};
+    const char* names[] = {"KILL", "NAN", "SIGNAL", "HANG", "STOP"};
+    for (size_t i = 0; i < out.size(); ++i)
+      out[i] = std::getenv(fmt::format("LTRAIN_FAULT_{}_AT_STEP", names[i]).c_str());
+    return out;
+  }();
+  const char* spec = specs[what];
   if (!spec || rt.restart_count > 0) return false;
   int64_t at_step = std::atoll(spec), rank = 0;
   if (const char* colon = std::strchr(spec, ':')) rank = std::atoll(colon + 1);
@@ -352,9 +362,9 @@ class Loop {
 
   void injectFaults(torch::Tensor& loss) {
     const int64_t s = state_.step + 1;
-    if (faultAt("NAN", s, rt_)) loss = loss * std::nan("");
-    if (faultAt("STOP", s, rt_)) std::raise(SIGSTOP);
-    if (faultAt("HANG", s, rt_))
+    if (faultAt(kNan, s, rt_)) loss = loss * std::nan("");
+    if (faultAt(kStop, s, rt_)) std::raise(SIGSTOP);
+    if (faultAt(kHang, s, rt_))
       for (volatile bool spin = true; spin;) {
       }
   }
@@ -441,8 +451,8 @@ class Loop {
       const double paused = secondsSince(t_pause);
       paused_s_ += paused;
       w.start += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(paused));
-      if (faultAt("KILL", state_.step, rt_)) std::raise(SIGKILL);
-      if (faultAt("SIGNAL", state_.step, rt_)) std::raise(SIGTERM);
+      if (faultAt(kKill, state_.step, rt_)) std::raise(SIGKILL);
+      if (faultAt(kSignal, state_.step, rt_)) std::raise(SIGTERM);
       stop_signal_ = ddp_ ? ddp_->stopVote() : StopSignal::pending();
       if (stop_signal_ != 0) {
         if (state_.step % cfg_.train.log_every != 0 && state_.step != total_steps_) logTrain(w, lr);
