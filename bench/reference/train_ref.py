@@ -29,6 +29,8 @@ import yaml
 from safetensors.torch import load_file, save_file
 from torch.utils.data import DistributedSampler
 
+from gpt_ref import gpt_layers
+
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}
 
@@ -128,6 +130,9 @@ class Model(nn.Module):
         layers = []
         if m["name"] == "resnet":
             self.layers = nn.Sequential(*resnet_layers(m, shape, classes))
+            return
+        if m["name"] == "gpt":
+            self.layers = nn.Sequential(*gpt_layers(m, classes))
             return
         if m["name"] == "mlp":
             layers.append(nn.Flatten())

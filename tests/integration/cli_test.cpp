@@ -93,7 +93,7 @@ TEST_CASE("every config error exits 2 with one line naming the thing") {
       {"", {"optimizer.lr"}, "expected KEY=VALUE"},
       {"", {"model.hiden=[1]"}, "did you mean 'model.hidden'?"},
       {"", {"train.epochs=two"}, "train.epochs: expected an integer, got 'two'"},
-      {"", {"data.dataset=cifar"}, "data.dataset must be one of fashion_mnist|mnist|cifar10|cifar100|csv|synthetic"},
+      {"", {"data.dataset=cifar"}, "data.dataset must be one of fashion_mnist|mnist|cifar10|cifar100|csv|text|synthetic"},
       {"", {"data.dataset=mnist"}, "data.path must name the directory"},
       {"", {"data.path=/nonexistent/dir"}, "data.path '/nonexistent/dir' is not a directory"},
   };

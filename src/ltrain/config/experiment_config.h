@@ -12,6 +12,8 @@ struct DataConfig {
   std::string path;
   std::string label_column;  // csv: the class column
   std::string augment;       // none | crop_flip
+  std::string tokenizer;     // text: char | byte
+  double val_fraction;       // text: the end of the file held out for validation
   int64_t augment_pad;
   int64_t batch_size;
   int64_t eval_batch_size;
@@ -37,8 +39,10 @@ struct ModelConfig {
   bool batch_norm;
   bool channels_last;
   std::vector<int64_t> fc;
-  int64_t depth;  // resnet: 18 or 34
-  int64_t width;  // resnet: channels of the first stage
+  int64_t depth;                                // resnet: 18 or 34
+  int64_t width;                                // resnet: channels of the first stage
+  int64_t n_layer, n_head, n_embd, block_size;  // gpt
+  bool tie_weights;                             // gpt: the head multiplies by the token embedding
 };
 
 struct OptimizerConfig {
@@ -81,6 +85,7 @@ struct DistConfig {
   bool find_unused_parameters;
   int64_t timeout_s;
   std::string grad_compression;
+  int64_t zero;  // 0: every rank holds the whole optimizer state; 1: ZeRO-1, sharded
 };
 
 struct ExperimentConfig {

@@ -146,20 +146,31 @@ std::vector<Option> buildSchema() {
 
       LT_OPT(data.dataset,
              "Dataset: IDX images (fashion_mnist, mnist), CIFAR binary files (cifar10, cifar100), "
-             "a table (csv: train.csv and test.csv), or synthetic",
+             "a table (csv: train.csv and test.csv), a text file for language modelling (text), or "
+             "synthetic",
              S("fashion_mnist"))
-          .oneOf({"fashion_mnist", "mnist", "cifar10", "cifar100", "csv", "synthetic"}),
+          .oneOf({"fashion_mnist", "mnist", "cifar10", "cifar100", "csv", "text", "synthetic"}),
       LT_OPT(data.label_column, "csv: the column that holds the class", S("label")),
-      LT_OPT(data.augment,
-             "Training-image augmentation: none, or crop_flip (a random crop of the image padded by "
-             "data.augment_pad pixels, and a horizontal flip half the time), seeded per rank and "
-             "epoch",
-             S("none"))
+      LT_OPT(data.tokenizer,
+             "text: tokens are the file's characters (UTF-8; the vocabulary is the characters it "
+             "holds) or its bytes (256 tokens, any file)",
+             S("char"))
+          .oneOf({"char", "byte"}),
+      LT_OPT(data.val_fraction, "text: share of the file, from its end, held out for validation",
+             0.1)
+          .positive()
+          .atMost(0.5),
+      LT_OPT(
+          data.augment,
+          "Training-image augmentation: none, or crop_flip (a random crop of the image padded by "
+          "data.augment_pad pixels, and a horizontal flip half the time), seeded per rank and "
+          "epoch",
+          S("none"))
           .oneOf({"none", "crop_flip"}),
       LT_OPT(data.augment_pad, "crop_flip: zero padding a side before the crop", int64_t{4})
           .atLeast(0),
       LT_OPT(data.path,
-             "Directory of the dataset's files; empty: its standard location "
+             "Directory of the dataset's files (text: the text file); empty: its standard location "
              "(/usr/share/datasets/fashion-mnist for fashion_mnist)",
              S("")),
       LT_OPT(data.batch_size, "Training batch size per process", int64_t{64}).atLeast(1),
@@ -182,7 +193,7 @@ std::vector<Option> buildSchema() {
           .atLeast(1),
       LT_OPT(data.synthetic_classes, "synthetic: number of classes", int64_t{10}).atLeast(2),
 
-      LT_OPT(model.name, "Model family", S("mlp")).oneOf({"mlp", "cnn", "resnet"}),
+      LT_OPT(model.name, "Model family", S("mlp")).oneOf({"mlp", "cnn", "resnet", "gpt"}),
       LT_OPT(model.init_from,
              "Initial weights from a .safetensors file with PyTorch's parameter names; empty: "
              "seeded init",
@@ -192,7 +203,10 @@ std::vector<Option> buildSchema() {
           .forModel("mlp"),
       LT_OPT(model.activation, "Activation after each hidden layer", S("relu"))
           .oneOf({"relu", "gelu", "tanh", "sigmoid"}),
-      LT_OPT(model.dropout, "Dropout probability after each hidden layer", 0.0)
+      LT_OPT(model.dropout,
+             "Dropout probability after each hidden layer (gpt: after embeddings, attention and "
+             "each residual branch)",
+             0.0)
           .atLeast(0)
           .atMost(0.99),
       LT_OPT(model.channels, "cnn: output channels of each conv block", IntList{32, 64})
@@ -214,13 +228,25 @@ std::vector<Option> buildSchema() {
       LT_OPT(model.fc, "cnn: fully connected layer sizes before the classifier", IntList{128})
           .atLeast(1)
           .forModel("cnn"),
-      LT_OPT(model.depth, "resnet: 18 or 34 layers (basic blocks 2-2-2-2 or 3-4-6-3)",
-             int64_t{18})
+      LT_OPT(model.depth, "resnet: 18 or 34 layers (basic blocks 2-2-2-2 or 3-4-6-3)", int64_t{18})
           .forModel("resnet"),
       LT_OPT(model.width, "resnet: channels of the first stage (doubled at each of the next three)",
              int64_t{64})
           .atLeast(1)
           .forModel("resnet"),
+      LT_OPT(model.n_layer, "gpt: transformer blocks", int64_t{4}).atLeast(1).forModel("gpt"),
+      LT_OPT(model.n_head, "gpt: attention heads (dividing model.n_embd)", int64_t{4})
+          .atLeast(1)
+          .forModel("gpt"),
+      LT_OPT(model.n_embd, "gpt: embedding width", int64_t{128}).atLeast(1).forModel("gpt"),
+      LT_OPT(model.block_size,
+             "gpt: context length in tokens; text data is cut into blocks of this length",
+             int64_t{128})
+          .atLeast(1)
+          .forModel("gpt"),
+      LT_OPT(model.tie_weights,
+             "gpt: the output head reuses the token embedding matrix (GPT-2's weight tying)", true)
+          .forModel("gpt"),
 
       LT_OPT(optimizer.name, "Optimizer", S("sgd")).oneOf({"sgd", "adam", "adamw"}),
       LT_OPT(optimizer.lr, "Peak learning rate", 0.1).positive(),
@@ -290,6 +316,13 @@ std::vector<Option> buildSchema() {
           .atLeast(1),
       LT_OPT(dist.grad_compression, "Gradient compression for the allreduce", S("none"))
           .oneOf({"none", "bf16", "fp16"}),
+      LT_OPT(dist.zero,
+             "ZeRO stage: 0, every rank keeps the whole optimizer state; 1, the state is sharded "
+             "across ranks (gradients reduce-scattered, each rank updates its slice, parameters "
+             "all-gathered), about 1/world of it per rank",
+             int64_t{0})
+          .atLeast(0)
+          .atMost(1),
   };
 }
 #undef LT_OPT

@@ -78,10 +78,14 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
     }
     const auto& first = slots_[g.front()].param;
     const bool last = &g == &groups.back();
-    if (last && opts_.pending_signal) vote_offset_ = offset;
-    b.buffer =
-        torch::zeros({offset + (vote_offset_ >= 0 && last ? 2 : 0)},
-                     first.options().dtype(wireType(opts_.compression, first.scalar_type())));
+    if (last && opts_.pending_signal && !opts_.shard_gradients) vote_offset_ = offset;
+    // Sharded, the buffer is padded with zeros to a multiple of the world size so that every rank
+    // gets an equal slice; the padding's gradient stays 0.
+    const int64_t length = opts_.shard_gradients ? (offset + world_ - 1) / world_ * world_
+                                                 : offset + (vote_offset_ >= 0 && last ? 2 : 0);
+    const auto wire = first.options().dtype(wireType(opts_.compression, first.scalar_type()));
+    b.buffer = torch::zeros({length}, wire);
+    if (opts_.shard_gradients) b.shard = torch::zeros({length / world_}, wire);
     b.slots = g;
     buckets_.push_back(std::move(b));
   }
@@ -170,8 +174,12 @@ void DistributedDataParallel::launchReady() {
       b.buffer.narrow(0, vote_offset_, 2)
           .copy_(torch::tensor({sig == SIGTERM ? 1.f : 0.f, sig == SIGINT ? 1.f : 0.f}));
     }
-    std::vector<at::Tensor> io{b.buffer};
-    b.work = pg_->allreduce(io);
+    if (opts_.shard_gradients) {
+      b.work = pg_->_reduce_scatter_base(b.shard, b.buffer);
+    } else {
+      std::vector<at::Tensor> io{b.buffer};
+      b.work = pg_->allreduce(io);
+    }
     ++stats_.allreduce_calls;
     if (stats_.first_launch_s < 0) stats_.first_launch_s = now();
   }
@@ -219,6 +227,7 @@ void DistributedDataParallel::finishBackward() {
     b.work->wait(opts_.timeout);
     stats_.bucket_wait_s.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (opts_.shard_gradients) continue;  // the shard is the result; ZeroOptimizer reads it
     for (size_t s : b.slots) {
       auto& p = slots_[s].param;
       auto reduced = b.buffer.narrow(0, slots_[s].offset, slots_[s].numel).view(p.sizes());
@@ -241,6 +250,16 @@ void DistributedDataParallel::finishBackward() {
       if (counts[static_cast<int64_t>(s)] == 0) slots_[s].param.mutable_grad().reset();
   }
   armed_ = false;
+}
+
+DistributedDataParallel::BucketView DistributedDataParallel::bucket(size_t i) const {
+  const Bucket& b = buckets_.at(i);
+  BucketView v;
+  for (size_t s : b.slots)
+    v.params.push_back(slots_[s].param), v.offsets.push_back(slots_[s].offset);
+  v.padded = b.buffer.numel();
+  v.shard_grad = b.shard;
+  return v;
 }
 
 std::vector<std::vector<std::string>> DistributedDataParallel::bucketParameterNames() const {

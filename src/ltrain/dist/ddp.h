@@ -26,6 +26,11 @@ struct DdpOptions {
   // extra elements count the ranks that had SIGTERM or SIGINT pending when it was launched. No
   // collective of its own (a separate one cost 12% of the 2-process MLP's throughput here).
   std::function<int()> pending_signal;
+  // ZeRO-1 (dist.zero: 1): each bucket is reduce-scattered instead of allreduced, so that rank r
+  // receives the averaged gradients of its 1/world slice of the bucket only (shardGradient); the
+  // parameters' .grad are then left as they are (see ZeroOptimizer).
+  bool shard_gradients = false;
+  int64_t rank = 0;
 };
 
 struct DdpStepStats {
@@ -55,6 +60,16 @@ class DistributedDataParallel {
   size_t bucketCount() const { return buckets_.size(); }
   std::vector<std::vector<std::string>> bucketParameterNames() const;
   const DdpStepStats& lastStep() const { return stats_; }
+  // With shard_gradients: bucket b's parameters (in bucket order) with their offsets in the
+  // flattened bucket, its length rounded up to a multiple of the world size, and this rank's
+  // averaged slice of its gradient (length padded/world; valid after finishBackward).
+  struct BucketView {
+    std::vector<torch::Tensor> params;
+    std::vector<int64_t> offsets;
+    int64_t padded = 0;
+    torch::Tensor shard_grad;
+  };
+  BucketView bucket(size_t b) const;
   // After finishBackward: SIGTERM if any rank voted so, else SIGINT if any did, else 0; the same
   // on every rank.
   int stopVote() const { return stop_vote_; }
@@ -71,6 +86,7 @@ class DistributedDataParallel {
     torch::Tensor buffer;
     size_t pending = 0;
     c10::intrusive_ptr<c10d::Work> work;
+    torch::Tensor shard;  // shard_gradients: this rank's slice of the reduced buffer
   };
   friend struct GradReadyHook;
   void markReady(size_t slot);

@@ -16,7 +16,7 @@ int64_t appendDense(torch::nn::Sequential& seq, int64_t in, const std::vector<in
                     const config::ModelConfig& cfg);
 torch::nn::Sequential buildMlp(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
 torch::nn::Sequential buildCnn(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
-torch::nn::Sequential buildResnet(const config::ModelConfig&, const std::vector<int64_t>&,
-                                  int64_t);
+torch::nn::Sequential buildGpt(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
+torch::nn::Sequential buildResnet(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
 
 }  // namespace ltrain::models

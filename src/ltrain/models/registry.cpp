@@ -34,6 +34,13 @@ int64_t appendDense(torch::nn::Sequential& seq, int64_t in, const std::vector<in
 
 Classifier build(const config::ModelConfig& cfg, const std::vector<int64_t>& input_shape,
                  int64_t num_classes) {
+  if (cfg.name == "gpt") {
+    if (input_shape.size() != 1)
+      throw UsageError(fmt::format(
+          "model gpt: expected token sequences (data.dataset: text), got inputs of {} dimensions",
+          input_shape.size()));
+    return Classifier(buildGpt(cfg, input_shape, num_classes));
+  }
   // The MLP flattens whatever it gets (images, or a table's feature vectors); the CNN needs images.
   if (input_shape.empty() || (cfg.name != "mlp" && input_shape.size() != 3))
     throw UsageError(fmt::format("model {}: expected inputs [C, H, W]{}, got {} dimensions",
@@ -46,7 +53,7 @@ Classifier build(const config::ModelConfig& cfg, const std::vector<int64_t>& inp
     return c;
   }
   throw UsageError(
-      fmt::format("model.name: unknown model '{}', expected mlp|cnn|resnet", cfg.name));
+      fmt::format("model.name: unknown model '{}', expected mlp|cnn|resnet|gpt", cfg.name));
 }
 
 void ClassifierImpl::useChannelsLast() {

@@ -18,8 +18,10 @@
 #include "ltrain/data/dataset.h"
 #include "ltrain/data/distributed_sampler.h"
 #include "ltrain/data/loader.h"
+#include "ltrain/data/text.h"
 #include "ltrain/dist/comm.h"
 #include "ltrain/dist/ddp.h"
+#include "ltrain/dist/zero_optimizer.h"
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
 #include "ltrain/io/safetensors.h"
@@ -54,8 +56,37 @@ torch::Device deviceFor(int64_t local_rank) {
 }
 
 struct EvalResult {
-  double loss = 0, accuracy = 0;
+  double loss = 0, accuracy = 0;  // per example, or per token for language models
 };
+
+// Cross-entropy of classifier outputs [B, K] or per-token language-model outputs [B, T, V]
+// (targets [B] or [B, T]), as PyTorch's recipes compute it on logits.view(-1, V).
+torch::Tensor crossEntropy(
+    const torch::Tensor& out, const torch::Tensor& y,
+    torch::nn::functional::CrossEntropyFuncOptions::reduction_t reduction = torch::kMean) {
+  namespace F = torch::nn::functional;
+  const auto opts = F::CrossEntropyFuncOptions().reduction(reduction);
+  if (out.dim() == 3) return F::cross_entropy(out.flatten(0, 1), y.flatten(), opts);
+  return F::cross_entropy(out, y, opts);
+}
+
+// Text goes with gpt and only with it; checked before any data is read.
+void checkModelForData(const config::ExperimentConfig& cfg) {
+  const bool text = cfg.data.dataset == "text", gpt = cfg.model.name == "gpt";
+  if (text && !gpt)
+    throw UsageError(
+        fmt::format("data.dataset text needs model.name: gpt, got '{}'", cfg.model.name));
+  if (gpt && !text)
+    throw UsageError(
+        fmt::format("model.name gpt needs token sequences (data.dataset: text), got "
+                    "data.dataset '{}'",
+                    cfg.data.dataset));
+}
+
+// What the held-out split is called in logs and metrics.
+const char* heldOutName(const data::Dataset& ds) {
+  return ds.tokens ? "val" : "test";
+}
 
 // Each rank evaluates a contiguous shard of the test set (no padding, so nothing counts twice);
 // the sums are reduced over ranks.
@@ -76,15 +107,14 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
     AutocastScope autocast(precision, device.type());
     auto x = b.inputs.to(device), y = b.targets.to(device);
     auto out = model->forward(x).to(torch::kFloat);
-    loss_sum += torch::nn::functional::cross_entropy(
-                    out, y, torch::nn::functional::CrossEntropyFuncOptions().reduction(torch::kSum))
-                    .item<double>();
-    correct += out.argmax(1).eq(y).sum().item<int64_t>();
+    loss_sum += crossEntropy(out, y, torch::kSum).item<double>();
+    correct += out.argmax(-1).eq(y).sum().item<int64_t>();
   }
   model->train();
   std::vector<double> sums{loss_sum, static_cast<double>(correct)};
   if (comm) sums = comm->allreduceSum(sums);
-  return {sums[0] / ds.size(), sums[1] / ds.size()};
+  const auto n = static_cast<double>(ds.targets.numel());  // examples, or tokens
+  return {sums[0] / n, sums[1] / n};
 }
 
 // Test hooks for failure tests, each LTRAIN_FAULT_<WHAT>_AT_STEP=STEP[:RANK] and on the first
@@ -124,12 +154,14 @@ class Loop {
   Loop(const config::LoadedConfig& lc, const TrainRequest& req, const dist::Runtime& rt)
       : cfg_(lc.cfg), rt_(rt) {
     if (cfg_.train.threads > 0) at::set_num_threads(static_cast<int>(cfg_.train.threads));
+    checkZeroOptions();
     device_ = deviceFor(rt_.local_rank);
     dist::chooseBackend(cfg_.dist.backend,
                         device_);  // a backend that cannot serve the device fails now
     // Everything that can be wrong with data or shapes fails here, before the run directory is
     // touched.
-    splits_ = data::loadDataset(cfg_.data, static_cast<uint64_t>(cfg_.seed));
+    checkModelForData(cfg_);
+    splits_ = data::loadDataset(cfg_.data, static_cast<uint64_t>(cfg_.seed), cfg_.model.block_size);
     torch::manual_seed(static_cast<uint64_t>(cfg_.seed));
     model_ = models::build(cfg_.model, splits_.train.exampleShape(), splits_.train.num_classes);
     if (!cfg_.model.init_from.empty()) io::loadModuleState(*model_, cfg_.model.init_from);
@@ -191,9 +223,21 @@ class Loop {
       o.compression = cfg_.dist.grad_compression;
       o.timeout = comm_->timeout();
       o.pending_signal = [] { return StopSignal::pending(); };
+      o.shard_gradients = cfg_.dist.zero == 1;
+      o.rank = rt_.rank;
       ddp_ = std::make_unique<dist::DistributedDataParallel>(model_.ptr(), comm_->backend(),
                                                              rt_.world_size, o);
       has_buffers_ = !model_->buffers().empty();
+      if (o.shard_gradients) {
+        zero_ = std::make_unique<dist::ZeroOptimizer>(
+            *ddp_, comm_->backend(), rt_.rank, rt_.world_size,
+            [&](std::vector<torch::Tensor> p) { return makeOptimizer(cfg_.optimizer, p); },
+            comm_->timeout(), o.pending_signal);
+        // A resumed state moves into the shards; the whole optimizer keeps none between
+        // checkpoints.
+        zero_->loadStateFrom(*optimizer_);
+        optimizer_->state().clear();
+      }
     }
     if (rt_.isMain()) {
       // A start from scratch (step 0) drops what an attempt that died before its first checkpoint
@@ -202,13 +246,17 @@ class Loop {
       tensorboard_ = std::make_unique<io::TensorBoardWriter>(run_.path + "/tensorboard");
       // TensorBoard keeps the points before the restart's step: the checkpoint's own step stays.
       if (run_.resume_from) tensorboard_->sessionStart(state_.step + 1, wallTime());
-      spdlog::info(
-          "{}: {} with {} parameters, {} training / {} test examples, {} steps, {} process(es){}",
-          cfg_.name, cfg_.model.name, models::parameterCount(*model_), splits_.train.size(),
-          splits_.test.size(), total_steps_, rt_.world_size,
-          ddp_ ? fmt::format(" on {} with {} gradient buckets", comm_->backendName(),
-                             ddp_->bucketCount())
-               : "");
+      spdlog::info("{}: {} with {} parameters, {} training / {} {} {}, {} steps, {} process(es){}",
+                   cfg_.name, cfg_.model.name, models::parameterCount(*model_),
+                   splits_.train.size(), splits_.test.size(), heldOutName(splits_.test),
+                   splits_.train.tokens
+                       ? fmt::format("blocks of {} tokens (vocabulary {})", cfg_.model.block_size,
+                                     splits_.train.num_classes)
+                       : std::string("examples"),
+                   total_steps_, rt_.world_size,
+                   ddp_ ? fmt::format(" on {} with {} gradient buckets", comm_->backendName(),
+                                      ddp_->bucketCount())
+                        : "");
     }
   }
 
@@ -254,6 +302,11 @@ class Loop {
     rss[rt_.rank] = peakRssMb();
     if (comm_) rss = comm_->allreduceSum(rss);
     peak_rss_mb_ = *std::max_element(rss.begin(), rss.end());
+    // The optimizer state each rank holds (the largest): ZeRO-1's point is that it shrinks.
+    std::vector<double> opt_mb(rt_.world_size, 0.0);
+    opt_mb[rt_.rank] = static_cast<double>(optimizerStateBytes()) / (1024.0 * 1024.0);
+    if (comm_) opt_mb = comm_->allreduceSum(opt_mb);
+    optimizer_state_mb_ = *std::max_element(opt_mb.begin(), opt_mb.end());
     writeSummary(s.status, s.wall_s, s.samples_per_s, "");
     return s;
   }
@@ -281,7 +334,7 @@ class Loop {
       torch::Tensor loss;
       {
         AutocastScope autocast(cfg_.train.precision, device_.type());
-        loss = torch::nn::functional::cross_entropy(model_->forward(x).to(torch::kFloat), y);
+        loss = crossEntropy(model_->forward(x).to(torch::kFloat), y);
       }
       injectFaults(loss);
       (scaler_.enabled() ? loss * (scaler_.scale() / k) : loss / k).backward();
@@ -299,8 +352,9 @@ class Loop {
     // Gradients are identical on every rank after the reduction (an inf or nan anywhere reaches
     // every rank through the sum), so decisions taken on them are the same on every rank: all
     // skip, or all stop, at the same step.
-    const bool finite =
-        scaler_.enabled() ? scaler_.unscaleAndUpdate(model_->parameters()) : gradientsFinite();
+    const bool finite = scaler_.enabled() ? scaler_.unscaleAndUpdate(model_->parameters())
+                        : zero_           ? zero_->gradientsFinite()
+                                          : gradientsFinite();
     if (!finite) {
       if (!scaler_.enabled() && cfg_.train.nonfinite == "stop")
         throw std::runtime_error(fmt::format(
@@ -311,6 +365,11 @@ class Loop {
       ++state_.skipped_steps;
       optimizer_->zero_grad();
       return std::nan("");
+    }
+    if (zero_) {
+      if (cfg_.train.clip_grad_norm > 0) zero_->clipGradNorm(cfg_.train.clip_grad_norm);
+      zero_->step();
+      return step_loss.item<double>();
     }
     if (cfg_.train.clip_grad_norm > 0)
       torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.train.clip_grad_norm);
@@ -386,11 +445,29 @@ class Loop {
 
   // The global L2 norm of the gradients of the last step (0 after a skipped one).
   double gradNorm() {
+    if (zero_) return zero_->gradNorm();  // the slices' norms, over every rank
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> norms;
     for (const auto& p : model_->parameters())
       if (p.grad().defined()) norms.push_back(p.grad().norm(2).to(torch::kFloat));
     return norms.empty() ? 0.0 : torch::stack(norms).norm(2).item<double>();
+  }
+
+  int64_t optimizerStateBytes() const {
+    return zero_ ? zero_->stateBytes() : dist::optimizerStateBytes(*optimizer_);
+  }
+
+  // Options that ZeRO-1 does not combine with, refused before anything starts.
+  void checkZeroOptions() const {
+    if (cfg_.dist.zero != 1) return;
+    auto refuse = [](const std::string& what) {
+      throw UsageError(fmt::format("dist.zero: 1 does not combine with {}", what));
+    };
+    if (cfg_.train.precision == "fp16")
+      refuse("train.precision fp16 (its loss scaler checks whole gradients; use bf16)");
+    if (cfg_.dist.grad_compression != "none")
+      refuse("dist.grad_compression (slices are reduced in the parameters' dtype)");
+    if (cfg_.dist.find_unused_parameters) refuse("dist.find_unused_parameters");
   }
 
   bool gradientsFinite() {
@@ -403,6 +480,9 @@ class Loop {
 
   void runEpoch() {
     sampler_->setEpoch(state_.epoch);
+    if (splits_.train.tokens)  // this epoch's cut of the text into blocks
+      data::shiftBlocks(splits_.train, data::blockOffset(static_cast<uint64_t>(cfg_.seed),
+                                                         state_.epoch, cfg_.model.block_size));
     data::Loader loader(
         splits_.train, sampler_->indices(), cfg_.data.batch_size, cfg_.data.drop_last,
         cfg_.data.num_workers, cfg_.data.prefetch, state_.batch_in_epoch,
@@ -416,7 +496,7 @@ class Loop {
       const int64_t k = std::min(cfg_.train.grad_accum, batches_per_epoch_ - state_.batch_in_epoch);
       if (k <= 0) break;
       const double lr = learningRate(cfg_.optimizer, cfg_.scheduler, state_.step, total_steps_);
-      setLearningRate(*optimizer_, lr);
+      setLearningRate(zero_ ? zero_->shardOptimizer() : *optimizer_, lr);
       int64_t samples = 0;
       const double loss = step(loader, k, samples, w);
       ++state_.step;
@@ -453,7 +533,7 @@ class Loop {
       w.start += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(paused));
       if (faultAt(kKill, state_.step, rt_)) std::raise(SIGKILL);
       if (faultAt(kSignal, state_.step, rt_)) std::raise(SIGTERM);
-      stop_signal_ = ddp_ ? ddp_->stopVote() : StopSignal::pending();
+      stop_signal_ = zero_ ? zero_->stopVote() : ddp_ ? ddp_->stopVote() : StopSignal::pending();
       if (stop_signal_ != 0) {
         if (state_.step % cfg_.train.log_every != 0 && state_.step != total_steps_) logTrain(w, lr);
         return;
@@ -470,10 +550,12 @@ class Loop {
     if (!rt_.isMain()) return;
     const double samples_per_s = secs > 0 ? w.samples / secs : 0;
     // On a terminal the bar says this; elsewhere a log line does.
+    // Language models count tokens: samples (blocks) times the block length.
+    const int64_t per_sample = splits_.train.tokens ? cfg_.model.block_size : 1;
     if (!bar_.enabled())
-      spdlog::info("ep {}/{} step {}/{} | loss {:.4f} | lr {:.3g} | {:.0f} samples/s",
-                   state_.epoch + 1, cfg_.train.epochs, state_.step, total_steps_, loss, lr,
-                   samples_per_s);
+      spdlog::info("ep {}/{} step {}/{} | loss {:.4f} | lr {:.3g} | {:.0f} {}/s", state_.epoch + 1,
+                   cfg_.train.epochs, state_.step, total_steps_, loss, lr,
+                   samples_per_s * per_sample, per_sample > 1 ? "tokens" : "samples");
     std::vector<std::pair<std::string, double>> tb{
         {"train/loss", loss},
         {"train/lr", lr},
@@ -494,6 +576,7 @@ class Loop {
         .add("lr", lr)
         .add("samples_per_s", samples_per_s)
         .add("wall_time", wallTime());
+    if (per_sample > 1) j.add("tokens_per_s", samples_per_s * per_sample);
     j.add("grad_norm", grad_norm);
     j.add("data_wait_ms_per_step", 1000.0 * w.data_wait_s / w.steps)
         .add("data_wait_share", secs > 0 ? w.data_wait_s / secs : 0.0);
@@ -524,25 +607,42 @@ class Loop {
     last_eval_step_ = state_.step;
     if (!rt_.isMain()) return;
     bar_.clear();
+    const char* split = heldOutName(splits_.test);
+    const bool lm = splits_.test.tokens;
+    // Language models: perplexity, exp of the mean per-token loss in nats.
+    const double perplexity = std::exp(last_eval_.loss);
     if (tensorboard_) {
-      tensorboard_->scalars(
-          state_.step, wallTime(),
-          {{"eval/loss", last_eval_.loss}, {"eval/accuracy", last_eval_.accuracy}});
+      std::vector<std::pair<std::string, double>> tb{{"eval/loss", last_eval_.loss},
+                                                     {"eval/accuracy", last_eval_.accuracy}};
+      if (lm) tb.emplace_back("eval/perplexity", perplexity);
+      tensorboard_->scalars(state_.step, wallTime(), tb);
       tensorboard_->flush();
     }
-    spdlog::info("eval step {} | test loss {:.4f} | test accuracy {:.4f}", state_.step,
-                 last_eval_.loss, last_eval_.accuracy);
-    metrics_.write(io::JsonObject()
-                       .add("step", state_.step)
-                       .add("epoch", state_.epoch)
-                       .add("split", "test")
-                       .add("loss", last_eval_.loss)
-                       .add("accuracy", last_eval_.accuracy)
-                       .add("wall_time", wallTime()));
+    spdlog::info("eval step {} | {} loss {:.4f} | {} {:.4f}", state_.step, split, last_eval_.loss,
+                 lm ? fmt::format("{} perplexity {:.3f} | next-token accuracy", split, perplexity)
+                    : fmt::format("{} accuracy", split),
+                 last_eval_.accuracy);
+    io::JsonObject j;
+    j.add("step", state_.step)
+        .add("epoch", state_.epoch)
+        .add("split", split)
+        .add("loss", last_eval_.loss)
+        .add("accuracy", last_eval_.accuracy);
+    if (lm) j.add("perplexity", perplexity);
+    metrics_.write(j.add("wall_time", wallTime()));
   }
 
   void checkpoint() {
     last_ckpt_step_ = state_.step;
+    // ZeRO-1: every rank sends its slice of the optimizer state, and the checkpoint holds it
+    // whole, as an unsharded run writes it; it is dropped again once written.
+    struct DropState {
+      torch::optim::Optimizer* opt;
+      ~DropState() {
+        if (opt) opt->state().clear();
+      }
+    } drop{zero_ ? optimizer_.get() : nullptr};
+    if (zero_) zero_->gatherStateInto(*optimizer_);
     if (!rt_.isMain()) return;
     PhaseScope phase(comm_.get(), dist::Phase::kCheckpoint);
     state_.loss_scale = scaler_.enabled() ? scaler_.scale() : 0;
@@ -569,8 +669,12 @@ class Loop {
         .add("samples_per_s", samples_per_s)
         .add("world_size", rt_.world_size)
         .add("skipped_steps", state_.skipped_steps);
+    // Language models: the validation split's loss (test_loss above) as perplexity too.
+    if (splits_.test.tokens && last_eval_step_ >= 0)
+      j.add("val_perplexity", std::exp(last_eval_.loss));
     if (first_step_wall_time_ > 0) j.add("first_step_wall_time", first_step_wall_time_);
     if (peak_rss_mb_ > 0) j.add("peak_rss_mb", peak_rss_mb_);
+    if (optimizer_state_mb_ > 0) j.add("optimizer_state_mb", optimizer_state_mb_);
     if (!error.empty()) j.add("error", error);
     io::writeFileAtomic(run_.summary(), j.str() + "\n");
   }
@@ -598,7 +702,8 @@ class Loop {
   int64_t start_step_ = 0;
   std::unique_ptr<io::TensorBoardWriter> tensorboard_;  // rank 0: <run>/tensorboard/
   int stop_signal_ = 0;
-  double first_step_wall_time_ = 0, peak_rss_mb_ = 0;
+  double first_step_wall_time_ = 0, peak_rss_mb_ = 0, optimizer_state_mb_ = 0;
+  std::unique_ptr<dist::ZeroOptimizer> zero_;  // dist.zero: 1 with more than one process
 };
 
 }  // namespace
@@ -613,7 +718,8 @@ EvalSummary evaluateWeights(const config::LoadedConfig& lc, const std::string& w
             ? fmt::format("--checkpoint '{}' is a directory, expected a .pt or .safetensors file",
                           weights)
             : fmt::format("--checkpoint '{}' not found", weights));
-  auto splits = data::loadDataset(cfg.data, static_cast<uint64_t>(cfg.seed));
+  checkModelForData(cfg);
+  auto splits = data::loadDataset(cfg.data, static_cast<uint64_t>(cfg.seed), cfg.model.block_size);
   torch::manual_seed(static_cast<uint64_t>(cfg.seed));
   auto model = models::build(cfg.model, splits.train.exampleShape(), splits.train.num_classes);
   const bool safetensors =

@@ -1,0 +1,144 @@
+#include "ltrain/data/text.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "ltrain/common/errors.h"
+
+namespace ltrain::data {
+namespace {
+
+// UTF-8 decoding by hand: std::codecvt is deprecated and none of the project's libraries decodes.
+// Returns the code point at text[i] and advances i; -1 for an invalid sequence.
+int64_t decodeUtf8(const std::string& text, size_t& i) {
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+  const unsigned char b0 = byte(i);
+  int len = b0 < 0x80 ? 1 : (b0 >> 5) == 0x6 ? 2 : (b0 >> 4) == 0xe ? 3 : (b0 >> 3) == 0x1e ? 4 : 0;
+  if (len == 0 || i + len > text.size()) return -1;
+  int64_t cp = len == 1 ? b0 : b0 & (0x7f >> len);
+  for (int k = 1; k < len; ++k) {
+    if ((byte(i + k) & 0xc0) != 0x80) return -1;
+    cp = (cp << 6) | (byte(i + k) & 0x3f);
+  }
+  static constexpr int64_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
+  if (cp < kMin[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return -1;  // overlong
+  i += len;
+  return cp;
+}
+
+std::string readText(const std::string& path) {
+  std::error_code ec;
+  if (path.empty())
+    throw UsageError("data.path is empty (dataset 'text' needs the text file to train on)");
+  if (std::filesystem::is_directory(path, ec))
+    throw UsageError(fmt::format("data.path '{}' is a directory, expected a text file", path));
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw UsageError(
+        fmt::format("data file '{}' not found or unreadable (dataset 'text' reads "
+                    "the text file in data.path)",
+                    path));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// How many blocks of `t` tokens (each with the token after it) the split gives at any offset in
+// [0, t): as many as fit after the largest offset, or, for a split too short to shift, all that
+// fit at offset 0.
+int64_t blockCount(int64_t length, int64_t t) {
+  const int64_t shiftable = (length - t) / t;
+  return shiftable >= 1 ? shiftable : (length - 1) / t;
+}
+
+// The blocks of `d.token_stream` starting at `offset`, every block_size tokens: inputs [N, T] and
+// targets shifted by one, as views (no copy; the loader gathers a batch's rows).
+void cut(Dataset& d, int64_t block_size, int64_t offset) {
+  const int64_t n = blockCount(d.token_stream.size(0), block_size);
+  if ((d.token_stream.size(0) - block_size) / block_size < 1) offset = 0;
+  d.inputs = d.token_stream.narrow(0, offset, n * block_size).view({n, block_size});
+  d.targets = d.token_stream.narrow(0, offset + 1, n * block_size).view({n, block_size});
+}
+
+Dataset blocks(const torch::Tensor& stream, int64_t block_size, int64_t num_classes) {
+  Dataset d;
+  d.token_stream = stream;
+  d.tokens = true;
+  d.num_classes = num_classes;
+  cut(d, block_size, 0);
+  return d;
+}
+
+}  // namespace
+
+std::vector<int64_t> tokenize(const std::string& text, const std::string& tokenizer,
+                              Vocabulary& vocab, const std::string& path) {
+  std::vector<int64_t> tokens;
+  tokens.reserve(text.size());
+  vocab = Vocabulary{};
+  if (tokenizer == "byte") {
+    vocab.bytes = true;
+    for (unsigned char c : text) tokens.push_back(c);
+    return tokens;
+  }
+  std::vector<char32_t> points;
+  points.reserve(text.size());
+  for (size_t i = 0; i < text.size();) {
+    const size_t at = i;
+    const int64_t cp = decodeUtf8(text, i);
+    if (cp < 0)
+      throw UsageError(fmt::format(
+          "data file '{}': invalid UTF-8 at byte {} (data.tokenizer: byte reads any file)", path,
+          at));
+    points.push_back(static_cast<char32_t>(cp));
+  }
+  vocab.chars = points;
+  std::sort(vocab.chars.begin(), vocab.chars.end());
+  vocab.chars.erase(std::unique(vocab.chars.begin(), vocab.chars.end()), vocab.chars.end());
+  for (char32_t cp : points)
+    tokens.push_back(std::lower_bound(vocab.chars.begin(), vocab.chars.end(), cp) -
+                     vocab.chars.begin());
+  return tokens;
+}
+
+Splits loadText(const std::string& path, const std::string& tokenizer, double val_fraction,
+                int64_t block_size) {
+  const std::string text = readText(path);
+  Vocabulary vocab;
+  std::vector<int64_t> tokens = tokenize(text, tokenizer, vocab, path);
+  const auto n = static_cast<int64_t>(tokens.size());
+  const auto n_val = static_cast<int64_t>(static_cast<double>(n) * val_fraction);
+  // Each split needs one block plus the token after it.
+  if (n - n_val < block_size + 1 || n_val < block_size + 1)
+    throw UsageError(fmt::format(
+        "data file '{}' has {} tokens: too few for one block of model.block_size {} (+1) in "
+        "training and in validation (data.val_fraction {:g} holds out {})",
+        path, n, block_size, val_fraction, n_val));
+  if (vocab.size() < 2)
+    throw UsageError(fmt::format("data file '{}' holds a single distinct character", path));
+  auto stream = torch::from_blob(tokens.data(), {n}, torch::kLong).clone();
+  Splits s;
+  s.train = blocks(stream.narrow(0, 0, n - n_val), block_size, vocab.size());
+  s.test = blocks(stream.narrow(0, n - n_val, n_val), block_size, vocab.size());
+  return s;
+}
+
+int64_t blockOffset(uint64_t seed, int64_t epoch, int64_t block_size) {
+  // splitmix64 of (seed, epoch): well spread for consecutive epochs.
+  uint64_t z = seed * 0x9e3779b97f4a7c15ull + static_cast<uint64_t>(epoch) + 1;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  return static_cast<int64_t>(z % static_cast<uint64_t>(block_size));
+}
+
+void shiftBlocks(Dataset& ds, int64_t offset) {
+  cut(ds, ds.inputs.size(1), offset);
+}
+
+}  // namespace ltrain::data

@@ -1,0 +1,152 @@
+// A decoder-only transformer (GPT-2's block: pre-norm, causal self-attention through
+// scaled_dot_product_attention, a 4x GELU MLP), laid out in the "layers" Sequential like every
+// ltrain model so that it splits into pipeline stages: layers.0 embeds tokens and positions,
+// layers.1..n_layer are the blocks, then the final LayerNorm and the language-model head. Inside
+// each block the names are nanoGPT's (ln_1, attn.c_attn, attn.c_proj, ln_2, mlp.c_fc,
+// mlp.c_proj); bench/reference/gpt_ref.py builds the same module in Python.
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "ltrain/common/errors.h"
+#include "ltrain/models/layers.h"
+
+namespace ltrain::models {
+namespace {
+
+namespace F = torch::nn::functional;
+
+torch::nn::Linear linear(int64_t in, int64_t out, bool bias = true) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
+}
+
+struct EmbeddingImpl : torch::nn::Module {
+  EmbeddingImpl(int64_t vocab, int64_t block_size, int64_t n_embd, double dropout)
+      : wte(register_module("wte", torch::nn::Embedding(vocab, n_embd))),
+        wpe(register_module("wpe", torch::nn::Embedding(block_size, n_embd))),
+        drop(register_module("drop", torch::nn::Dropout(dropout))) {}
+  torch::Tensor forward(torch::Tensor idx) {
+    const int64_t t = idx.size(1);
+    TORCH_CHECK(t <= wpe->options.num_embeddings(), "sequence of ", t,
+                " tokens is longer than model.block_size ", wpe->options.num_embeddings());
+    auto pos = torch::arange(t, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
+    return drop(wte(idx) + wpe(pos));
+  }
+  torch::nn::Embedding wte, wpe;
+  torch::nn::Dropout drop;
+};
+TORCH_MODULE(Embedding);
+
+struct CausalSelfAttentionImpl : torch::nn::Module {
+  CausalSelfAttentionImpl(int64_t n_embd, int64_t n_head, double dropout)
+      : c_attn(register_module("c_attn", linear(n_embd, 3 * n_embd))),
+        c_proj(register_module("c_proj", linear(n_embd, n_embd))),
+        resid_drop(register_module("resid_drop", torch::nn::Dropout(dropout))),
+        n_head(n_head),
+        dropout(dropout) {}
+  torch::Tensor forward(torch::Tensor x) {
+    const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
+    auto qkv = c_attn(x).split(c, 2);
+    auto heads = [&](const torch::Tensor& y) {
+      return y.view({b, t, n_head, c / n_head}).transpose(1, 2);  // [B, nh, T, hs]
+    };
+    auto y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
+                                              /*attn_mask=*/{}, is_training() ? dropout : 0.0,
+                                              /*is_causal=*/true);
+    return resid_drop(c_proj(y.transpose(1, 2).contiguous().view({b, t, c})));
+  }
+  torch::nn::Linear c_attn, c_proj;
+  torch::nn::Dropout resid_drop;
+  int64_t n_head;
+  double dropout;
+};
+TORCH_MODULE(CausalSelfAttention);
+
+struct MlpImpl : torch::nn::Module {
+  MlpImpl(int64_t n_embd, double dropout)
+      : c_fc(register_module("c_fc", linear(n_embd, 4 * n_embd))),
+        c_proj(register_module("c_proj", linear(4 * n_embd, n_embd))),
+        drop(register_module("drop", torch::nn::Dropout(dropout))) {}
+  torch::Tensor forward(torch::Tensor x) { return drop(c_proj(F::gelu(c_fc(x)))); }
+  torch::nn::Linear c_fc, c_proj;
+  torch::nn::Dropout drop;
+};
+TORCH_MODULE(Mlp);
+
+struct BlockImpl : torch::nn::Module {
+  BlockImpl(int64_t n_embd, int64_t n_head, double dropout)
+      : ln_1(register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({n_embd})))),
+        attn(register_module("attn", CausalSelfAttention(n_embd, n_head, dropout))),
+        ln_2(register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({n_embd})))),
+        mlp(register_module("mlp", Mlp(n_embd, dropout))) {}
+  torch::Tensor forward(torch::Tensor x) {
+    x = x + attn(ln_1(x));
+    return x + mlp(ln_2(x));
+  }
+  torch::nn::LayerNorm ln_1;
+  CausalSelfAttention attn;
+  torch::nn::LayerNorm ln_2;
+  Mlp mlp;
+};
+TORCH_MODULE(Block);
+
+// Logits from the final hidden states. Tied (GPT-2's weight tying), it multiplies by the token
+// embedding's matrix, which it does not register: the parameter is then counted, optimised,
+// reduced and saved once, under layers.0.wte.weight, as PyTorch's tied modules save it once in
+// safetensors. On another pipeline stage's device it is copied there, and autograd carries the
+// gradient back.
+struct LmHeadImpl : torch::nn::Module {
+  LmHeadImpl(int64_t n_embd, int64_t vocab, Embedding tied) : tied(std::move(tied)) {
+    if (!this->tied) weight = register_parameter("weight", torch::empty({vocab, n_embd}));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    const auto& w = tied ? tied->wte->weight : weight;
+    return F::linear(x, w.device() == x.device() ? w : w.to(x.device()));
+  }
+  Embedding tied{nullptr};
+  torch::Tensor weight;
+};
+TORCH_MODULE(LmHead);
+
+}  // namespace
+
+torch::nn::Sequential buildGpt(const config::ModelConfig& cfg, const std::vector<int64_t>& shape,
+                               int64_t vocab) {
+  if (cfg.n_embd % cfg.n_head != 0)
+    throw UsageError(fmt::format("model.n_embd ({}) must be a multiple of model.n_head ({})",
+                                 cfg.n_embd, cfg.n_head));
+  if (shape[0] > cfg.block_size)
+    throw UsageError(fmt::format("model gpt: sequences of {} tokens exceed model.block_size {}",
+                                 shape[0], cfg.block_size));
+  torch::nn::Sequential seq;
+  Embedding emb(vocab, cfg.block_size, cfg.n_embd, cfg.dropout);
+  seq->push_back(emb);
+  for (int64_t i = 0; i < cfg.n_layer; ++i)
+    seq->push_back(Block(cfg.n_embd, cfg.n_head, cfg.dropout));
+  seq->push_back(torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd})));
+  seq->push_back(LmHead(cfg.n_embd, vocab, cfg.tie_weights ? emb : Embedding(nullptr)));
+
+  // GPT-2's initialisation: N(0, 0.02) for matrices and embeddings, zero biases, and the residual
+  // projections scaled by 1/sqrt(2 n_layer) so that the residual stream's variance does not grow
+  // with depth.
+  torch::NoGradGuard no_grad;
+  const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.n_layer));
+  for (auto& item : seq->named_parameters()) {
+    const std::string& name = item.key();
+    torch::Tensor& p = item.value();
+    const bool bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+    const bool final_norm = name.rfind(std::to_string(cfg.n_layer + 1) + ".", 0) == 0;
+    if (name.find(".ln_") != std::string::npos || final_norm)
+      continue;  // LayerNorms keep ones and zeros
+    if (bias)
+      p.zero_();
+    else if (name.find("c_proj.weight") != std::string::npos)
+      p.normal_(0.0, proj_std);
+    else
+      p.normal_(0.0, 0.02);
+  }
+  return seq;
+}
+
+}  // namespace ltrain::models
