@@ -43,6 +43,8 @@ struct ModelConfig {
   int64_t width;                                // resnet: channels of the first stage
   int64_t n_layer, n_head, n_embd, block_size;  // gpt
   bool tie_weights;                             // gpt: the head multiplies by the token embedding
+  std::string placement;                        // single | pipeline
+  int64_t pipeline_stages, micro_batches;
 };
 
 struct OptimizerConfig {
@@ -85,7 +87,8 @@ struct DistConfig {
   bool find_unused_parameters;
   int64_t timeout_s;
   std::string grad_compression;
-  int64_t zero;  // 0: every rank holds the whole optimizer state; 1: ZeRO-1, sharded
+  int64_t zero;          // 0: every rank holds the whole optimizer state; 1: ZeRO-1, sharded
+  std::string strategy;  // ddp (a process per device) | dp (one process, every local GPU)
 };
 
 struct ExperimentConfig {

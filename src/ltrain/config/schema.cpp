@@ -248,6 +248,18 @@ std::vector<Option> buildSchema() {
              "gpt: the output head reuses the token embedding matrix (GPT-2's weight tying)", true)
           .forModel("gpt"),
 
+      LT_OPT(model.placement,
+             "single: the whole model on the process's device; pipeline: the layers split into "
+             "model.pipeline_stages stages, one per device of the process (cuda:<local_rank * "
+             "stages + s>; all on the CPU without CUDA), run with GPipe's micro-batch schedule, "
+             "with DDP across processes",
+             S("single"))
+          .oneOf({"single", "pipeline"}),
+      LT_OPT(model.pipeline_stages, "pipeline: stages (devices per process)", int64_t{2})
+          .atLeast(2),
+      LT_OPT(model.micro_batches, "pipeline: micro-batches each batch is cut into", int64_t{4})
+          .atLeast(1),
+
       LT_OPT(optimizer.name, "Optimizer", S("sgd")).oneOf({"sgd", "adam", "adamw"}),
       LT_OPT(optimizer.lr, "Peak learning rate", 0.1).positive(),
       LT_OPT(optimizer.momentum, "sgd: momentum", 0.9).atLeast(0).atMost(1),
@@ -316,6 +328,12 @@ std::vector<Option> buildSchema() {
           .atLeast(1),
       LT_OPT(dist.grad_compression, "Gradient compression for the allreduce", S("none"))
           .oneOf({"none", "bf16", "fp16"}),
+      LT_OPT(dist.strategy,
+             "ddp: one process per device, gradients all-reduced (the default); dp: one process "
+             "drives every visible GPU with LibTorch's data_parallel (replicas made each step, as "
+             "torch.nn.DataParallel), for users coming from it; on the CPU one replica",
+             S("ddp"))
+          .oneOf({"ddp", "dp"}),
       LT_OPT(dist.zero,
              "ZeRO stage: 0, every rank keeps the whole optimizer state; 1, the state is sharded "
              "across ranks (gradients reduce-scattered, each rank updates its slice, parameters "

@@ -104,9 +104,11 @@ double DistributedDataParallel::now() const {
 }
 
 void DistributedDataParallel::broadcastCoalesced(const std::vector<torch::Tensor>& tensors) {
-  // One broadcast per dtype: a flat copy out, broadcast from rank 0, copied back in.
-  std::map<torch::ScalarType, std::vector<torch::Tensor>> by_type;
-  for (const auto& t : tensors) by_type[t.scalar_type()].push_back(t);
+  // One broadcast per dtype and device (a pipeline's stages live on several): a flat copy out,
+  // broadcast from rank 0, copied back in.
+  std::map<std::string, std::vector<torch::Tensor>> by_type;
+  for (const auto& t : tensors)
+    by_type[fmt::format("{}/{}", c10::toString(t.scalar_type()), t.device().str())].push_back(t);
   for (auto& [type, ts] : by_type) {
     std::vector<torch::Tensor> flat;
     for (auto& t : ts) flat.push_back(t.detach().reshape(-1));

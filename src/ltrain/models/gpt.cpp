@@ -21,30 +21,42 @@ torch::nn::Linear linear(int64_t in, int64_t out, bool bias = true) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
 
-struct EmbeddingImpl : torch::nn::Module {
+// Each module is Cloneable (reset() registers its parts again) so that dist.strategy=dp can
+// replicate the model onto every GPU.
+struct EmbeddingImpl : torch::nn::Cloneable<EmbeddingImpl> {
   EmbeddingImpl(int64_t vocab, int64_t block_size, int64_t n_embd, double dropout)
-      : wte(register_module("wte", torch::nn::Embedding(vocab, n_embd))),
-        wpe(register_module("wpe", torch::nn::Embedding(block_size, n_embd))),
-        drop(register_module("drop", torch::nn::Dropout(dropout))) {}
+      : vocab(vocab), block_size(block_size), n_embd(n_embd), dropout(dropout) {
+    reset();
+  }
+  void reset() override {
+    wte = register_module("wte", torch::nn::Embedding(vocab, n_embd));
+    wpe = register_module("wpe", torch::nn::Embedding(block_size, n_embd));
+    drop = register_module("drop", torch::nn::Dropout(dropout));
+  }
   torch::Tensor forward(torch::Tensor idx) {
     const int64_t t = idx.size(1);
-    TORCH_CHECK(t <= wpe->options.num_embeddings(), "sequence of ", t,
-                " tokens is longer than model.block_size ", wpe->options.num_embeddings());
+    TORCH_CHECK(t <= block_size, "sequence of ", t, " tokens is longer than model.block_size ",
+                block_size);
     auto pos = torch::arange(t, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
     return drop(wte(idx) + wpe(pos));
   }
-  torch::nn::Embedding wte, wpe;
-  torch::nn::Dropout drop;
+  int64_t vocab, block_size, n_embd;
+  double dropout;
+  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  torch::nn::Dropout drop{nullptr};
 };
 TORCH_MODULE(Embedding);
 
-struct CausalSelfAttentionImpl : torch::nn::Module {
+struct CausalSelfAttentionImpl : torch::nn::Cloneable<CausalSelfAttentionImpl> {
   CausalSelfAttentionImpl(int64_t n_embd, int64_t n_head, double dropout)
-      : c_attn(register_module("c_attn", linear(n_embd, 3 * n_embd))),
-        c_proj(register_module("c_proj", linear(n_embd, n_embd))),
-        resid_drop(register_module("resid_drop", torch::nn::Dropout(dropout))),
-        n_head(n_head),
-        dropout(dropout) {}
+      : n_embd(n_embd), n_head(n_head), dropout(dropout) {
+    reset();
+  }
+  void reset() override {
+    c_attn = register_module("c_attn", linear(n_embd, 3 * n_embd));
+    c_proj = register_module("c_proj", linear(n_embd, n_embd));
+    resid_drop = register_module("resid_drop", torch::nn::Dropout(dropout));
+  }
   torch::Tensor forward(torch::Tensor x) {
     const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
     auto qkv = c_attn(x).split(c, 2);
@@ -56,38 +68,49 @@ struct CausalSelfAttentionImpl : torch::nn::Module {
                                               /*is_causal=*/true);
     return resid_drop(c_proj(y.transpose(1, 2).contiguous().view({b, t, c})));
   }
-  torch::nn::Linear c_attn, c_proj;
-  torch::nn::Dropout resid_drop;
-  int64_t n_head;
+  int64_t n_embd, n_head;
   double dropout;
+  torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+  torch::nn::Dropout resid_drop{nullptr};
 };
 TORCH_MODULE(CausalSelfAttention);
 
-struct MlpImpl : torch::nn::Module {
-  MlpImpl(int64_t n_embd, double dropout)
-      : c_fc(register_module("c_fc", linear(n_embd, 4 * n_embd))),
-        c_proj(register_module("c_proj", linear(4 * n_embd, n_embd))),
-        drop(register_module("drop", torch::nn::Dropout(dropout))) {}
+struct MlpImpl : torch::nn::Cloneable<MlpImpl> {
+  MlpImpl(int64_t n_embd, double dropout) : n_embd(n_embd), dropout(dropout) { reset(); }
+  void reset() override {
+    c_fc = register_module("c_fc", linear(n_embd, 4 * n_embd));
+    c_proj = register_module("c_proj", linear(4 * n_embd, n_embd));
+    drop = register_module("drop", torch::nn::Dropout(dropout));
+  }
   torch::Tensor forward(torch::Tensor x) { return drop(c_proj(F::gelu(c_fc(x)))); }
-  torch::nn::Linear c_fc, c_proj;
-  torch::nn::Dropout drop;
+  int64_t n_embd;
+  double dropout;
+  torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
+  torch::nn::Dropout drop{nullptr};
 };
 TORCH_MODULE(Mlp);
 
-struct BlockImpl : torch::nn::Module {
+struct BlockImpl : torch::nn::Cloneable<BlockImpl> {
   BlockImpl(int64_t n_embd, int64_t n_head, double dropout)
-      : ln_1(register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({n_embd})))),
-        attn(register_module("attn", CausalSelfAttention(n_embd, n_head, dropout))),
-        ln_2(register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({n_embd})))),
-        mlp(register_module("mlp", Mlp(n_embd, dropout))) {}
+      : n_embd(n_embd), n_head(n_head), dropout(dropout) {
+    reset();
+  }
+  void reset() override {
+    ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({n_embd})));
+    attn = register_module("attn", CausalSelfAttention(n_embd, n_head, dropout));
+    ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({n_embd})));
+    mlp = register_module("mlp", Mlp(n_embd, dropout));
+  }
   torch::Tensor forward(torch::Tensor x) {
     x = x + attn(ln_1(x));
     return x + mlp(ln_2(x));
   }
-  torch::nn::LayerNorm ln_1;
-  CausalSelfAttention attn;
-  torch::nn::LayerNorm ln_2;
-  Mlp mlp;
+  int64_t n_embd, n_head;
+  double dropout;
+  torch::nn::LayerNorm ln_1{nullptr};
+  CausalSelfAttention attn{nullptr};
+  torch::nn::LayerNorm ln_2{nullptr};
+  Mlp mlp{nullptr};
 };
 TORCH_MODULE(Block);
 
@@ -95,15 +118,21 @@ TORCH_MODULE(Block);
 // embedding's matrix, which it does not register: the parameter is then counted, optimised,
 // reduced and saved once, under layers.0.wte.weight, as PyTorch's tied modules save it once in
 // safetensors. On another pipeline stage's device it is copied there, and autograd carries the
-// gradient back.
-struct LmHeadImpl : torch::nn::Module {
-  LmHeadImpl(int64_t n_embd, int64_t vocab, Embedding tied) : tied(std::move(tied)) {
-    if (!this->tied) weight = register_parameter("weight", torch::empty({vocab, n_embd}));
+// gradient back. (A dp replica's head keeps using the original matrix, copied to its device: the
+// gradient reaches the same parameter.)
+struct LmHeadImpl : torch::nn::Cloneable<LmHeadImpl> {
+  LmHeadImpl(int64_t n_embd, int64_t vocab, Embedding tied)
+      : n_embd(n_embd), vocab(vocab), tied(std::move(tied)) {
+    reset();
+  }
+  void reset() override {
+    if (!tied) weight = register_parameter("weight", torch::empty({vocab, n_embd}));
   }
   torch::Tensor forward(torch::Tensor x) {
     const auto& w = tied ? tied->wte->weight : weight;
     return F::linear(x, w.device() == x.device() ? w : w.to(x.device()));
   }
+  int64_t n_embd, vocab;
   Embedding tied{nullptr};
   torch::Tensor weight;
 };

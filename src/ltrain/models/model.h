@@ -1,28 +1,49 @@
 // Models by name. Every model keeps its layers in a Sequential registered as "layers", so parameter
 // names read "layers.0.weight", as a PyTorch module with self.layers = nn.Sequential(...) has them.
 #pragma once
+#include <torch/nn/cloneable.h>
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/sequential.h>
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ltrain/config/experiment_config.h"
 
 namespace ltrain::models {
 
-struct ClassifierImpl : torch::nn::Module {
+// Cloneable so that dist.strategy=dp can replicate it onto every GPU (torch::nn::parallel).
+struct ClassifierImpl : torch::nn::Cloneable<ClassifierImpl> {
   explicit ClassifierImpl(torch::nn::Sequential layers_)
       : layers(register_module("layers", layers_)) {}
+  // A clone registers an empty Sequential here, which Cloneable then fills with the clone of
+  // every layer.
+  void reset() override { layers = register_module("layers", torch::nn::Sequential()); }
   torch::Tensor forward(torch::Tensor x) {
     if (channels_last && x.dim() == 4) x = x.contiguous(at::MemoryFormat::ChannelsLast);
-    return layers->forward(x);
+    return stages.empty() ? layers->forward(x) : pipelineForward(x);
   }
   // Converts 4-d weights to channels-last (NHWC) and makes forward() feed images that way:
   // oneDNN (CPU) and cuDNN (GPU) convolutions run faster on that layout. Values are unchanged.
   void useChannelsLast();
+  // model.placement=pipeline: splits the layers into devices.size() contiguous stages of about
+  // equal parameter count, moves stage s to devices[s], and makes forward() run GPipe's schedule
+  // over `micro_batches` slices of the batch (pipeline.cpp). Parameter names do not change.
+  void placePipeline(const std::vector<torch::Device>& devices, int64_t micro_batches);
+  // "layers 0-2 on cpu, layers 3-5 on cpu" for the log; empty without a pipeline.
+  std::string pipelineSummary() const;
   torch::nn::Sequential layers;
   bool channels_last = false;
+
+ private:
+  torch::Tensor pipelineForward(const torch::Tensor& x);
+  struct Stage {
+    size_t begin, end;  // layers [begin, end)
+    torch::Device device;
+  };
+  std::vector<Stage> stages;
+  int64_t micro_batches = 1;
 };
 TORCH_MODULE(Classifier);
 

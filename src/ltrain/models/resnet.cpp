@@ -13,12 +13,16 @@
 namespace ltrain::models {
 namespace {
 
-struct BasicBlockImpl : torch::nn::Module {
-  BasicBlockImpl(int64_t in, int64_t out, int64_t stride)
-      : conv1(register_module("conv1", conv3x3(in, out, stride))),
-        bn1(register_module("bn1", torch::nn::BatchNorm2d(out))),
-        conv2(register_module("conv2", conv3x3(out, out, 1))),
-        bn2(register_module("bn2", torch::nn::BatchNorm2d(out))) {
+struct BasicBlockImpl : torch::nn::Cloneable<BasicBlockImpl> {
+  BasicBlockImpl(int64_t in, int64_t out, int64_t stride) : in(in), out(out), stride(stride) {
+    reset();
+  }
+  // Registers the parts (again, for a clone: dist.strategy=dp replicates the model).
+  void reset() override {
+    conv1 = register_module("conv1", conv3x3(in, out, stride));
+    bn1 = register_module("bn1", torch::nn::BatchNorm2d(out));
+    conv2 = register_module("conv2", conv3x3(out, out, 1));
+    bn2 = register_module("bn2", torch::nn::BatchNorm2d(out));
     // A 1x1 projection where the block changes the shape; the identity elsewhere.
     if (stride != 1 || in != out)
       shortcut = register_module(
@@ -36,11 +40,12 @@ struct BasicBlockImpl : torch::nn::Module {
     return torch::nn::Conv2d(
         torch::nn::Conv2dOptions(in, out, 3).stride(stride).padding(1).bias(false));
   }
+  int64_t in, out, stride;
   // In registration order, which is also the order of the parameter names.
-  torch::nn::Conv2d conv1;
-  torch::nn::BatchNorm2d bn1;
-  torch::nn::Conv2d conv2;
-  torch::nn::BatchNorm2d bn2;
+  torch::nn::Conv2d conv1{nullptr};
+  torch::nn::BatchNorm2d bn1{nullptr};
+  torch::nn::Conv2d conv2{nullptr};
+  torch::nn::BatchNorm2d bn2{nullptr};
   torch::nn::Sequential shortcut{nullptr};
 };
 TORCH_MODULE(BasicBlock);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
+#include <torch/nn/parallel/data_parallel.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -49,10 +50,48 @@ double wallTime() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
-// One process per device: cuda:<local rank> where CUDA is available, else the CPU.
-torch::Device deviceFor(int64_t local_rank) {
-  return torch::cuda::is_available() ? torch::Device(torch::kCUDA, static_cast<int>(local_rank))
-                                     : torch::Device(torch::kCPU);
+// The devices of one process: cuda:<local rank> where CUDA is available, else the CPU; with
+// model.placement=pipeline, one per stage (cuda:<local_rank * stages + s>, or the CPU for all).
+std::vector<torch::Device> devicesFor(const config::ModelConfig& m, int64_t local_rank) {
+  const int64_t n = m.placement == "pipeline" ? m.pipeline_stages : 1;
+  if (!torch::cuda::is_available()) return std::vector<torch::Device>(n, torch::kCPU);
+  const int64_t available = static_cast<int64_t>(torch::cuda::device_count());
+  if ((local_rank + 1) * n > available)
+    throw UsageError(fmt::format(
+        "local rank {} needs cuda:{}..{} for its {} pipeline stage(s), but {} GPU(s) are visible; "
+        "run {} process(es) per node",
+        local_rank, local_rank * n, (local_rank + 1) * n - 1, n, available,
+        std::max<int64_t>(1, available / n)));
+  std::vector<torch::Device> out;
+  for (int64_t s = 0; s < n; ++s)
+    out.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank * n + s));
+  return out;
+}
+
+// dist.strategy=dp: every visible GPU, or the CPU as the one replica.
+std::vector<torch::Device> dataParallelDevices() {
+  std::vector<torch::Device> out;
+  for (int64_t i = 0; i < static_cast<int64_t>(torch::cuda::device_count()); ++i)
+    out.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
+  if (out.empty()) out.emplace_back(torch::kCPU);
+  return out;
+}
+
+// The forward pass: plain, or (dist.strategy=dp) through LibTorch's data_parallel, which
+// replicates the model onto each device, scatters the batch, and gathers the outputs on the first.
+torch::Tensor runModel(models::Classifier& model, const torch::Tensor& x,
+                       const std::vector<torch::Device>& dp_devices) {
+  if (dp_devices.empty()) return model->forward(x);
+  return torch::nn::parallel::data_parallel(model, x, dp_devices, dp_devices.front());
+}
+
+// Moves the model to its device, or its stages to theirs.
+void placeModel(models::Classifier& model, const config::ModelConfig& m,
+                const std::vector<torch::Device>& devices) {
+  if (m.placement == "pipeline")
+    model->placePipeline(devices, m.micro_batches);
+  else
+    model->to(devices.front());
 }
 
 struct EvalResult {
@@ -66,8 +105,10 @@ torch::Tensor crossEntropy(
     torch::nn::functional::CrossEntropyFuncOptions::reduction_t reduction = torch::kMean) {
   namespace F = torch::nn::functional;
   const auto opts = F::CrossEntropyFuncOptions().reduction(reduction);
-  if (out.dim() == 3) return F::cross_entropy(out.flatten(0, 1), y.flatten(), opts);
-  return F::cross_entropy(out, y, opts);
+  // A pipeline's output is on its last stage's device.
+  const auto t = y.device() == out.device() ? y : y.to(out.device());
+  if (out.dim() == 3) return F::cross_entropy(out.flatten(0, 1), t.flatten(), opts);
+  return F::cross_entropy(out, t, opts);
 }
 
 // Text goes with gpt and only with it; checked before any data is read.
@@ -92,7 +133,7 @@ const char* heldOutName(const data::Dataset& ds) {
 // the sums are reduced over ranks.
 EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t batch_size,
                     const std::string& precision, const dist::Runtime& rt, dist::Comm* comm,
-                    torch::Device device) {
+                    torch::Device device, const std::vector<torch::Device>& dp_devices = {}) {
   torch::NoGradGuard no_grad;
   model->eval();
   const int64_t begin = ds.size() * rt.rank / rt.world_size;
@@ -106,9 +147,9 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
   while (loader.next(b)) {
     AutocastScope autocast(precision, device.type());
     auto x = b.inputs.to(device), y = b.targets.to(device);
-    auto out = model->forward(x).to(torch::kFloat);
+    auto out = runModel(model, x, dp_devices).to(torch::kFloat);
     loss_sum += crossEntropy(out, y, torch::kSum).item<double>();
-    correct += out.argmax(-1).eq(y).sum().item<int64_t>();
+    correct += out.argmax(-1).eq(y.to(out.device())).sum().item<int64_t>();
   }
   model->train();
   std::vector<double> sums{loss_sum, static_cast<double>(correct)};
@@ -155,7 +196,19 @@ class Loop {
       : cfg_(lc.cfg), rt_(rt) {
     if (cfg_.train.threads > 0) at::set_num_threads(static_cast<int>(cfg_.train.threads));
     checkZeroOptions();
-    device_ = deviceFor(rt_.local_rank);
+    devices_ = devicesFor(cfg_.model, rt_.local_rank);
+    if (cfg_.dist.strategy == "dp") {
+      if (rt_.world_size > 1)
+        throw UsageError(fmt::format(
+            "dist.strategy dp is one process driving every local GPU, but {} processes were "
+            "started; drop --nproc-per-node, or use dist.strategy ddp",
+            rt_.world_size));
+      if (cfg_.model.placement == "pipeline")
+        throw UsageError("dist.strategy dp does not combine with model.placement pipeline");
+      dp_devices_ = dataParallelDevices();
+      devices_ = {dp_devices_.front()};
+    }
+    device_ = devices_.front();
     dist::chooseBackend(cfg_.dist.backend,
                         device_);  // a backend that cannot serve the device fails now
     // Everything that can be wrong with data or shapes fails here, before the run directory is
@@ -215,7 +268,7 @@ class Loop {
         spdlog::info("resuming from {} (step {}, epoch {})", *run_.resume_from, state_.step,
                      state_.epoch + 1);
     }
-    model_->to(device_);
+    placeModel(model_, cfg_.model, devices_);
     if (comm_) {
       dist::DdpOptions o;
       o.bucket_cap_mb = cfg_.dist.bucket_cap_mb;
@@ -257,6 +310,12 @@ class Loop {
                    ddp_ ? fmt::format(" on {} with {} gradient buckets", comm_->backendName(),
                                       ddp_->bucketCount())
                         : "");
+      if (!dp_devices_.empty())
+        spdlog::info("dist.strategy dp: {} replica(s), on {} first", dp_devices_.size(),
+                     dp_devices_.front().str());
+      if (cfg_.model.placement == "pipeline")
+        spdlog::info("pipeline of {} stages, {} micro-batches a batch: {}", devices_.size(),
+                     cfg_.model.micro_batches, model_->pipelineSummary());
     }
   }
 
@@ -334,7 +393,7 @@ class Loop {
       torch::Tensor loss;
       {
         AutocastScope autocast(cfg_.train.precision, device_.type());
-        loss = crossEntropy(model_->forward(x).to(torch::kFloat), y);
+        loss = crossEntropy(runModel(model_, x, dp_devices_).to(torch::kFloat), y);
       }
       injectFaults(loss);
       (scaler_.enabled() ? loss * (scaler_.scale() / k) : loss / k).backward();
@@ -603,7 +662,7 @@ class Loop {
   void evaluateAndLog() {
     PhaseScope phase(comm_.get(), dist::Phase::kEvaluate);
     last_eval_ = evaluate(model_, splits_.test, cfg_.data.eval_batch_size, cfg_.train.precision,
-                          rt_, comm_.get(), device_);
+                          rt_, comm_.get(), device_, dp_devices_);
     last_eval_step_ = state_.step;
     if (!rt_.isMain()) return;
     bar_.clear();
@@ -681,7 +740,9 @@ class Loop {
 
   const config::ExperimentConfig& cfg_;
   dist::Runtime rt_;
-  torch::Device device_{torch::kCPU};
+  torch::Device device_{torch::kCPU};      // where batches go: the (first stage's) device
+  std::vector<torch::Device> devices_;     // one per pipeline stage
+  std::vector<torch::Device> dp_devices_;  // dist.strategy=dp: the replicas' devices
   std::shared_ptr<dist::Comm> comm_;
   std::unique_ptr<dist::DistributedDataParallel> ddp_;
   bool has_buffers_ = false;
@@ -728,8 +789,9 @@ EvalSummary evaluateWeights(const config::LoadedConfig& lc, const std::string& w
     io::loadModuleState(*model, weights);
   else
     loadCheckpointModel(weights, *model);
-  const torch::Device device = deviceFor(0);
-  model->to(device);
+  const auto devices = devicesFor(cfg.model, 0);
+  const torch::Device device = devices.front();
+  placeModel(model, cfg.model, devices);
   auto r = evaluate(model, splits.test, cfg.data.eval_batch_size, cfg.train.precision,
                     dist::Runtime{}, nullptr, device);
   return {r.accuracy, r.loss, splits.test.size()};
