@@ -5,7 +5,9 @@
 # prefix, builds ltrain against that machine's torch, runs the CUDA tests ([cuda]: NCCL with one
 # rank, DDP on CUDA, fp32 and bf16 training on the GPU) and the multi-process suite, and writes the
 # logs and a results table to $OUT (or gpu-results/), then the GPU benchmark (bench/run.py --gpu:
-# ltrain vs the Python reference, bf16, the CNN and the MLP at large batches). Budget: under 8 minutes.
+# ltrain vs the Python reference, bf16, the CNN and the MLP at large batches) and the GPT benchmark
+# (bench/gpt_bench.py: a 114M-parameter GPT at bf16, ltrain vs Python eager, dp vs ddp). Budget:
+# under 10 minutes.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=${OUT:-$root/gpu-results}
@@ -47,6 +49,12 @@ LTRAIN_BIN="$build/ltrain" timeout 240 "$PY" bench/run.py --gpu --repeats 3 >"$o
 bench_rc=$?
 log "GPU benchmark: rc=$bench_rc"
 cat "$out/gpu_bench.md"
+# The GPT benchmark (issue 7): >= 100M parameters at bf16, ltrain vs Python eager, dp vs ddp.
+timeout 180 "$PY" bench/gpt_bench.py --ltrain "$build/ltrain" --out /tmp/ltrain-gpt-bench \
+  >"$out/gpt_bench.md" 2>"$out/gpt_bench.log"
+gpt_rc=$?
+log "GPT benchmark: rc=$gpt_rc"
+cat "$out/gpt_bench.md"
 
 {
   echo "| check | result |"
@@ -57,6 +65,8 @@ cat "$out/gpu_bench.md"
   echo "| wall time | $(($(date +%s) - start)) s |"
   echo
   cat "$out/gpu_bench.md"
+  echo
+  cat "$out/gpt_bench.md"
 } >"$out/RESULTS-gpu.md"
 cat "$out/RESULTS-gpu.md"
 [ $cuda_rc -eq 0 ] && [ $quick_rc -eq 0 ]

@@ -112,12 +112,14 @@ def note_if_empty(ax, empty, text):
 def plot_run(run_dir, out):
     by_split = read_metrics(run_dir / "metrics.jsonl")
     name = run_name(run_dir)
+    # The held-out split: "test", or "val" for a language model (which also reports perplexity).
+    held = "val" if "val" in by_split else "test"
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     train = series(by_split, "train", "loss")
-    test = series(by_split, "test", "loss")
+    test = series(by_split, held, "loss")
     ax.plot(*train, label="train loss", linewidth=1.2)
-    ax.plot(*test, label="test loss", marker="o", linewidth=1.5)
+    ax.plot(*test, label=f"{held} loss", marker="o", linewidth=1.5)
     note_if_empty(ax, not train[0] and not test[0], "no losses reported yet")
     ax.set(title=f"{name}: loss", xlabel="step", ylabel="loss")
     ax.grid(True, alpha=0.3)
@@ -125,12 +127,20 @@ def plot_run(run_dir, out):
     save(fig, out / "loss.png")
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    acc = series(by_split, "test", "accuracy")
-    ax.plot(*acc, marker="o", color="tab:green", label="test accuracy")
-    note_if_empty(ax, not acc[0], "no test evaluation yet")
-    ax.set(title=f"{name}: test accuracy", xlabel="step", ylabel="test accuracy")
+    acc = series(by_split, held, "accuracy")
+    label = "next-token accuracy" if held == "val" else "test accuracy"
+    ax.plot(*acc, marker="o", color="tab:green", label=f"{held} {label}")
+    note_if_empty(ax, not acc[0], f"no {held} evaluation yet")
+    ax.set(title=f"{name}: {label}", xlabel="step", ylabel=label)
     ax.grid(True, alpha=0.3)
     save(fig, out / "accuracy.png")
+
+    if held == "val":
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        ax.plot(*series(by_split, "val", "perplexity"), marker="o", color="tab:purple")
+        ax.set(title=f"{name}: validation perplexity", xlabel="step", ylabel="perplexity")
+        ax.grid(True, alpha=0.3)
+        save(fig, out / "perplexity.png")
 
 
 def to_number(s):

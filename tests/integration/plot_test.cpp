@@ -1,6 +1,7 @@
-// scripts/plot.py: PNG curves for a run directory (loss.png, accuracy.png) and for a sweep
-// directory (sweep_<param>.png per swept parameter, sweep_curves.png); a directory holding neither
-// metrics.jsonl nor sweep_summary.csv is an error (exit 2, one line).
+// scripts/plot.py: PNG curves for a run directory (loss.png, accuracy.png; perplexity.png for a
+// language model) and for a sweep directory (sweep_<param>.png per swept parameter,
+// sweep_curves.png); a directory holding neither metrics.jsonl nor sweep_summary.csv is an error
+// (exit 2, one line). And bench/gpt_bench.py, on a tiny model.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -123,4 +124,32 @@ TEST_CASE("plot.py on a directory with neither metrics.jsonl nor sweep_summary.c
   CHECK_THAT(r.err, Contains("plot.py: error:") &&
                         Contains("holds neither metrics.jsonl nor sweep_summary.csv"));
   CHECK(r.out.empty());
+}
+
+TEST_CASE("plot.py draws a language model's validation loss and perplexity") {
+  TempDir dir;
+  std::filesystem::create_directories(dir / "lm");
+  writeText(dir / "lm/metrics.jsonl",
+            "{\"step\": 5, \"epoch\": 0, \"split\": \"train\", \"loss\": 3.1, \"lr\": 0.001}\n"
+            "{\"step\": 5, \"epoch\": 0, \"split\": \"val\", \"loss\": 2.9, \"accuracy\": 0.2, "
+            "\"perplexity\": 18.2}\n"
+            "{\"step\": 10, \"epoch\": 0, \"split\": \"val\", \"loss\": 2.5, \"accuracy\": 0.3, "
+            "\"perplexity\": 12.2}\n");
+  auto r = plot({dir / "lm"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  for (const char* png : {"loss.png", "accuracy.png", "perplexity.png"})
+    CHECK(readText(dir / ("lm/" + std::string(png))).rfind("\x89PNG", 0) == 0);
+}
+
+TEST_CASE("bench/gpt_bench.py runs end to end on a tiny model", "[slow]") {
+  TempDir dir;
+  auto r = runProcess({LTRAIN_PYTHON, std::string(LTRAIN_SOURCE_DIR) + "/bench/gpt_bench.py",
+                       "--ltrain", LTRAIN_BINARY, "--out", dir.path(), "--tiny", "--steps", "10",
+                       "--log-every", "5"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("| Python torch eager | "));
+  CHECK_THAT(r.out, Contains("| ltrain (dist.strategy ddp) | "));
+  CHECK_THAT(r.out, Contains("| ltrain (dist.strategy dp) | "));
 }

@@ -189,12 +189,22 @@ void ZeroOptimizer::gatherStateInto(torch::optim::Optimizer& full) {
   for (const auto& s : shards_) {
     ParamState st;
     if (!readState(*opt_, s.param, st)) continue;  // no step yet: the same on every rank
+    // Gathered on rank 0 only, the rank that writes the checkpoint: the others never hold more
+    // than their slice.
     std::vector<torch::Tensor> whole;
     for (const auto& [name, t] : st.tensors) {
-      whole.push_back(torch::empty({world_ * t.numel()}, t.options()));
-      auto slice = t.contiguous();
-      pg_->_allgather_base(whole.back(), slice)->wait(timeout_);
+      std::vector<at::Tensor> in{t.contiguous()};
+      std::vector<std::vector<at::Tensor>> out;
+      if (rank_ == 0) {
+        out.emplace_back();
+        for (int64_t r = 0; r < world_; ++r) out[0].push_back(torch::empty_like(in[0]));
+      }
+      c10d::GatherOptions opts;
+      opts.rootRank = 0;
+      pg_->gather(out, in, opts)->wait(timeout_);
+      if (rank_ == 0) whole.push_back(torch::cat(out[0]));
     }
+    if (rank_ != 0) continue;
     for (size_t i = 0; i < s.bucket.params.size(); ++i) {
       const auto& p = s.bucket.params[i];
       ParamState ps;

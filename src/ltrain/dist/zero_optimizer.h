@@ -47,7 +47,8 @@ class ZeroOptimizer {
 
   // Checkpoints keep the optimizer state in the unsharded optimizer's form (per parameter), so a
   // run can resume with or without ZeRO and on any number of ranks. Collective: gathers the
-  // slices into `full`'s state (an optimizer over the model's parameters).
+  // slices into `full`'s state (an optimizer over the model's parameters) on rank 0, which writes
+  // checkpoints; the other ranks' `full` stays empty.
   void gatherStateInto(torch::optim::Optimizer& full);
   // Takes this rank's slice of `full`'s state (no communication).
   void loadStateFrom(const torch::optim::Optimizer& full);

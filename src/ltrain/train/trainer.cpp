@@ -430,8 +430,7 @@ class Loop {
       zero_->step();
       return step_loss.item<double>();
     }
-    if (cfg_.train.clip_grad_norm > 0)
-      torch::nn::utils::clip_grad_norm_(model_->parameters(), cfg_.train.clip_grad_norm);
+    if (cfg_.train.clip_grad_norm > 0) clipGradients(cfg_.train.clip_grad_norm);
     optimizer_->step();
     return step_loss.item<double>();
   }
@@ -510,6 +509,21 @@ class Loop {
     for (const auto& p : model_->parameters())
       if (p.grad().defined()) norms.push_back(p.grad().norm(2).to(torch::kFloat));
     return norms.empty() ? 0.0 : torch::stack(norms).norm(2).item<double>();
+  }
+
+  // As torch::nn::utils::clip_grad_norm_ (scale by max_norm / (norm + 1e-6) when below 1), with
+  // the norm summed in double: ZeRO-1 sums the same squares over slices in another order, and
+  // in double both give the same factor, so sharded and unsharded runs stay equal.
+  void clipGradients(double max_norm) {
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> squares;
+    for (const auto& p : model_->parameters())
+      if (p.grad().defined()) squares.push_back(p.grad().to(torch::kDouble).pow(2).sum());
+    if (squares.empty()) return;
+    const double coef = max_norm / (std::sqrt(torch::stack(squares).sum().item<double>()) + 1e-6);
+    if (coef >= 1.0) return;
+    for (auto& p : model_->parameters())
+      if (p.grad().defined()) p.mutable_grad().mul_(coef);
   }
 
   int64_t optimizerStateBytes() const {
