@@ -6,6 +6,7 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <cmath>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -73,8 +74,9 @@ int cmdTrain(const Args& a) {
   if (s.stop_signal != 0)
     return 128 + s.stop_signal;  // 143 for SIGTERM, 130 for SIGINT, as torchrun
   if (rt.isMain())
-    fmt::print("test_accuracy {:.4f}  test_loss {:.4f}  steps {}  wall {:.1f}s  run {}\n",
-               s.test_accuracy, s.test_loss, s.steps, s.wall_s, s.run_dir);
+    fmt::print("test_accuracy {:.4f}  test_loss {:.4f}  steps {}  wall {:.1f}s  run {}{}\n",
+               s.test_accuracy, s.test_loss, s.steps, s.wall_s, s.run_dir,
+               s.language_model ? fmt::format("  perplexity {:.3f}", std::exp(s.test_loss)) : "");
   return 0;
 }
 
@@ -104,8 +106,10 @@ int cmdEval(const Args& a) {
   auto lc = ltrain::config::loadConfig(a.config, a.overrides);
   spdlog::set_pattern("[%H:%M:%S] %v");
   auto r = ltrain::train::evaluateWeights(lc, a.checkpoint);
-  fmt::print("test_accuracy {:.4f}  test_loss {:.4f}  examples {}\n", r.test_accuracy, r.test_loss,
-             r.examples);
+  // A language model's held-out split is its text's validation part: also its perplexity.
+  fmt::print("test_accuracy {:.4f}  test_loss {:.4f}  examples {}{}\n", r.test_accuracy,
+             r.test_loss, r.examples,
+             r.language_model ? fmt::format("  perplexity {:.3f}", std::exp(r.test_loss)) : "");
   return 0;
 }
 

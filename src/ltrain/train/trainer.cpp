@@ -356,6 +356,7 @@ class Loop {
     s.samples_per_s = train_seconds > 0 ? samples_this_run / train_seconds : 0;
     s.world_size = rt_.world_size;
     s.run_dir = run_.path;
+    s.language_model = splits_.test.tokens;
     // Peak memory of the worst rank (a sum of one-hot vectors stands in for a max-reduction).
     std::vector<double> rss(rt_.world_size, 0.0);
     rss[rt_.rank] = peakRssMb();
@@ -808,7 +809,7 @@ EvalSummary evaluateWeights(const config::LoadedConfig& lc, const std::string& w
   placeModel(model, cfg.model, devices);
   auto r = evaluate(model, splits.test, cfg.data.eval_batch_size, cfg.train.precision,
                     dist::Runtime{}, nullptr, device);
-  return {r.accuracy, r.loss, splits.test.size()};
+  return {r.accuracy, r.loss, splits.test.size(), splits.test.tokens};
 }
 
 Summary runTraining(const config::LoadedConfig& lc, const TrainRequest& req,

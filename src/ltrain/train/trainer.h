@@ -21,11 +21,13 @@ struct Summary {
   int64_t world_size = 1;
   std::string run_dir;
   int stop_signal = 0;  // SIGTERM/SIGINT stopped the run after step `steps` (exit 128 + signal)
+  bool language_model = false;  // test_* are then the text's validation split, per token
 };
 
 struct EvalSummary {
   double test_accuracy = 0, test_loss = 0;
   int64_t examples = 0;
+  bool language_model = false;  // per-token loss on the text's validation split
 };
 
 // `ltrain eval`: the config's model with weights from a checkpoint (.pt) or a .safetensors file,
