@@ -5,23 +5,13 @@
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
-#include "ltrain/io/safetensors.h"
 #include "support/process.h"
+#include "support/results.h"
 #include "support/text_corpus.h"
 
 using Catch::Matchers::Contains;
 using ltrain::test::runLtrain;
 using ltrain::test::TempDir;
-
-namespace {
-double maxDiff(const std::string& a, const std::string& b) {
-  auto x = ltrain::io::loadSafetensors(a), y = ltrain::io::loadSafetensors(b);
-  REQUIRE(x.size() == y.size());
-  double d = 0;
-  for (auto& [k, t] : x) d = std::max(d, (t - y.at(k)).abs().max().item<double>());
-  return d;
-}
-}  // namespace
 
 TEST_CASE("a two-stage pipeline trains to the unsplit model's weights, alone and under DDP",
           "[dist]") {
@@ -59,8 +49,9 @@ TEST_CASE("a two-stage pipeline trains to the unsplit model's weights, alone and
     auto piped = run("pipeline");
     CHECK_THAT(piped.out + piped.err,
                Contains("pipeline of 2 stages, 4 micro-batches a batch: layers 0-"));
-    const double diff = maxDiff(dir / ("single" + std::to_string(procs) + "/model.safetensors"),
-                                dir / ("pipeline" + std::to_string(procs) + "/model.safetensors"));
+    const double diff = ltrain::test::maxWeightDiff(
+        dir / ("single" + std::to_string(procs) + "/model.safetensors"),
+        dir / ("pipeline" + std::to_string(procs) + "/model.safetensors"));
     INFO(procs << " process(es): max |single - pipeline| = " << diff);
     CHECK(diff < 1e-5);
   }

@@ -6,8 +6,8 @@
 #include <yaml-cpp/yaml.h>
 #include <catch2/catch.hpp>
 
-#include "ltrain/io/safetensors.h"
 #include "support/process.h"
+#include "support/results.h"
 #include "support/text_corpus.h"
 
 using Catch::Matchers::Contains;
@@ -45,14 +45,6 @@ std::vector<std::string> gpt(const TempDir& dir, const std::string& out, int pro
   return a;
 }
 
-double maxDiff(const std::string& a, const std::string& b) {
-  auto x = ltrain::io::loadSafetensors(a), y = ltrain::io::loadSafetensors(b);
-  REQUIRE(x.size() == y.size());
-  double d = 0;
-  for (auto& [k, t] : x) d = std::max(d, (t - y.at(k)).abs().max().item<double>());
-  return d;
-}
-
 double summaryValue(const std::string& run, const char* key) {
   return YAML::LoadFile(run + "/summary.json")[key].as<double>();
 }
@@ -70,7 +62,8 @@ TEST_CASE("dist.zero=1 trains a GPT to plain DDP's weights with half the optimiz
   auto zero = runLtrain(gpt(dir, dir / "zero", 2, {"dist.zero=1"}));
   INFO(zero.out << zero.err);
   REQUIRE(zero.exit_code == 0);
-  const double diff = maxDiff(dir / "ddp/model.safetensors", dir / "zero/model.safetensors");
+  const double diff =
+      ltrain::test::maxWeightDiff(dir / "ddp/model.safetensors", dir / "zero/model.safetensors");
   INFO("max |ddp - zero| = " << diff);
   CHECK(diff < 1e-5);
   const double ddp_mb = summaryValue(dir / "ddp", "optimizer_state_mb");
@@ -95,7 +88,8 @@ TEST_CASE("dist.zero=1 resumes a killed run exactly, and checkpoints cross betwe
   INFO(killed.out << killed.err);
   REQUIRE(killed.exit_code == 0);
   CHECK_THAT(killed.out + killed.err, Contains("resuming from"));
-  CHECK(maxDiff(dir / "full/model.safetensors", dir / "killed/model.safetensors") == 0.0);
+  CHECK(ltrain::test::maxWeightDiff(dir / "full/model.safetensors",
+                                    dir / "killed/model.safetensors") == 0.0);
 
   // The first 10 steps without ZeRO, the next 10 with it (and the other way round): the
   // optimizer state moves through the checkpoint whole. A constant learning rate keeps the
@@ -115,7 +109,8 @@ TEST_CASE("dist.zero=1 resumes a killed run exactly, and checkpoints cross betwe
     INFO(p2.out << p2.err);
     REQUIRE(p2.exit_code == 0);
     CHECK_THAT(p2.out + p2.err, Contains("resuming from"));
-    CHECK(maxDiff(dir / "ref/model.safetensors", run + "b/model.safetensors") < 1e-5);
+    CHECK(ltrain::test::maxWeightDiff(dir / "ref/model.safetensors", run + "b/model.safetensors") <
+          1e-5);
   }
 }
 
@@ -134,7 +129,8 @@ TEST_CASE("dist.zero=1 with SGD momentum over three ranks matches DDP", "[dist]"
   auto z = run("1");
   INFO(z.out << z.err);
   REQUIRE(z.exit_code == 0);
-  CHECK(maxDiff(dir / "z0/model.safetensors", dir / "z1/model.safetensors") < 1e-5);
+  CHECK(ltrain::test::maxWeightDiff(dir / "z0/model.safetensors", dir / "z1/model.safetensors") <
+        1e-5);
   const double ratio = summaryValue(dir / "z1", "optimizer_state_mb") /
                        summaryValue(dir / "z0", "optimizer_state_mb");
   CHECK(ratio == Approx(1.0 / 3).epsilon(0.05));

@@ -1,7 +1,13 @@
 #include "support/results.h"
 
+#include <torch/torch.h>
+
+#include <algorithm>
 #include <regex>
 #include <sstream>
+#include <stdexcept>
+
+#include "ltrain/io/safetensors.h"
 
 namespace ltrain::test {
 
@@ -21,6 +27,14 @@ std::map<int, std::map<std::string, std::string>> workerResults(const std::strin
     }
   }
   return r;
+}
+
+double maxWeightDiff(const std::string& a, const std::string& b) {
+  auto x = io::loadSafetensors(a), y = io::loadSafetensors(b);
+  if (x.size() != y.size()) throw std::runtime_error(a + " and " + b + " hold other tensors");
+  double d = 0;
+  for (auto& [k, t] : x) d = std::max(d, (t - y.at(k)).abs().max().item<double>());
+  return d;
 }
 
 }  // namespace ltrain::test
