@@ -16,7 +16,10 @@ out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 printf '| config | processes | test accuracy | target (published) | time to target | wall time |\n'
 printf '| --- | --- | --- | --- | --- | --- |\n'
-for spec in "fashion_mnist_mlp 0.88" "fashion_mnist_cnn 0.91"; do
+# CONFIGS="name target ..." picks others, e.g. CONFIGS="fashion_mnist_resnet18_cpu 0.93".
+read -r -a specs <<<"${CONFIGS:-fashion_mnist_mlp 0.88 fashion_mnist_cnn 0.91}"
+for ((k = 0; k < ${#specs[@]}; k += 2)); do
+  spec="${specs[$k]} ${specs[$((k + 1))]}"
   read -r name target <<<"$spec"
   "$root/build/ltrain" train "$root/configs/$name.yaml" "${extra[@]}" --output-dir "$out/$name" \
     >"$out/$name.log" 2>&1 || { cat "$out/$name.log" >&2; exit 1; }
