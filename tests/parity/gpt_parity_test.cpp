@@ -1,6 +1,7 @@
 // ltrain's GPT as PyTorch builds it (bench/reference/gpt_ref.py): the same parameter names and
 // shapes (a strict load_state_dict of ltrain's safetensors), the same logits from the same weights
-// and tokens, and the tied head saved once, for tied and untied heads.
+// and tokens, and the tied head saved once, for tied and untied heads; and PyTorch's weights
+// loaded back into ltrain's model give PyTorch's logits.
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
@@ -57,13 +58,26 @@ TEST_CASE("ltrain's GPT loads strictly into PyTorch's and gives the same logits"
         "with torch.no_grad():\n"
         "    diff = (model(io['x']) - io['logits']).abs().max().item()\n"
         "print(f'max_abs_diff {diff:.3g} params {sum(p.numel() for p in model.parameters())}')\n"
+        "# The other way: PyTorch's own initialisation, for ltrain to load.\n"
+        "torch.manual_seed(11)\n"
+        "py = train_ref.Model(m, (12,), 11).eval()\n"
+        "from safetensors.torch import save_file\n"
+        "save_file({k: v.contiguous() for k, v in py.state_dict().items()}, sys.argv[5])\n"
+        "with torch.no_grad():\n"
+        "    save_file({'logits': py(io['x']).contiguous()}, sys.argv[6])\n"
         "import os; sys.stdout.flush(); os._exit(0 if diff < 1e-5 else 1)\n");
-    auto r =
-        ltrain::test::runProcess({LTRAIN_PYTHON, dir / "check.py",
-                                  std::string(LTRAIN_SOURCE_DIR) + "/bench/reference", tag, w, io});
+    const std::string py_w = dir / ("py_" + tag + ".safetensors");
+    const std::string py_out = dir / ("py_out_" + tag + ".safetensors");
+    auto r = ltrain::test::runProcess({LTRAIN_PYTHON, dir / "check.py",
+                                       std::string(LTRAIN_SOURCE_DIR) + "/bench/reference", tag, w,
+                                       io, py_w, py_out});
     INFO(tag << "\n" << r.out << r.err);
-    CHECK(r.exit_code == 0);
+    REQUIRE(r.exit_code == 0);
     CHECK_THAT(r.out, Catch::Matchers::Contains("params " + std::to_string(expected)));
+    // PyTorch's weights into ltrain's model (as model.init_from loads them): the same logits.
+    ltrain::io::loadModuleState(*model, py_w);
+    auto py_logits = ltrain::io::loadSafetensors(py_out).at("logits");
+    CHECK(torch::allclose(model->forward(x).detach(), py_logits, 1e-5, 1e-5));
   }
 }
 
