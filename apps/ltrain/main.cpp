@@ -56,6 +56,9 @@ int trainLaunched(const Args& a) {
   auto rd = ltrain::train::prepareRunDir(lc, a.output_dir, a.overwrite, /*create=*/false);
   ltrain::launch::LaunchOptions lo = a.launch;
   lo.nproc_per_node = a.nproc;
+  // A pipeline's worker drives one GPU per stage: --nproc-per-node gpu starts GPUs / stages.
+  if (lc.cfg.model.placement == "pipeline")
+    lo.gpus_per_worker = static_cast<int>(lc.cfg.model.pipeline_stages);
   ltrain::launch::checkLaunchable(lo, lc.cfg.dist.backend);
   if (lo.log_dir.empty()) lo.log_dir = rd.path + "/logs";
   lo.program = {selfExe(), "train", a.config};

@@ -42,6 +42,12 @@ TEST_CASE("nproc-per-node accepts N, auto, cpu and gpu") {
   CHECK(resolveNproc("auto", 8, 16) == 8);
   CHECK(resolveNproc("cpu", 8, 16) == 16);
   CHECK(resolveNproc("gpu", 8, 16) == 8);
+  // Pipeline workers of 2 stages each: half as many workers as GPUs.
+  CHECK(resolveNproc("gpu", 8, 16, 2) == 4);
+  CHECK(resolveNproc("auto", 8, 16, 3) == 2);
+  CHECK(resolveNproc("auto", 0, 16, 2) == 16);  // CPU: stages share the process's cores
+  CHECK_THROWS_WITH(resolveNproc("gpu", 1, 16, 2),
+                    Catch::Matchers::Contains("each worker drives 2 GPUs"));
   CHECK_THROWS_AS(resolveNproc("gpu", 0, 16), ltrain::UsageError);
   CHECK_THROWS_WITH(resolveNproc("two", 0, 16), Catch::Matchers::Contains("expected a number"));
   CHECK_THROWS_AS(resolveNproc("0", 0, 16), ltrain::UsageError);

@@ -17,10 +17,13 @@ struct LaunchOptions {
   double grace_s = 30.0;  // SIGTERM, then SIGKILL after this long (torchrun's default)
   std::string run_id = "none";
   std::vector<std::string> program;  // PROGRAM ARGS...
+  // GPUs each worker drives (a pipeline's stages): auto and gpu start GPUs / this many workers.
+  int gpus_per_worker = 1;
 };
 
-// Workers per node for --nproc-per-node (auto: GPUs if any, else CPU cores; as torchrun).
-int resolveNproc(const std::string& spec, int gpus, int cpus);
+// Workers per node for --nproc-per-node (auto: GPUs if any, else CPU cores; as torchrun), each
+// worker driving `gpus_per_worker` GPUs.
+int resolveNproc(const std::string& spec, int gpus, int cpus, int gpus_per_worker = 1);
 
 // torchrun's environment for local worker `local_rank` (added to the launcher's own).
 std::map<std::string, std::string> workerEnv(const LaunchOptions& o, int nproc, int local_rank,

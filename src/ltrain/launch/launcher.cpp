@@ -75,7 +75,8 @@ void say(const std::string& line) {
 int validatedNproc(const LaunchOptions& o) {
   const int gpus = static_cast<int>(torch::cuda::device_count());
   const int nproc =
-      resolveNproc(o.nproc_per_node, gpus, static_cast<int>(std::thread::hardware_concurrency()));
+      resolveNproc(o.nproc_per_node, gpus, static_cast<int>(std::thread::hardware_concurrency()),
+                   o.gpus_per_worker);
   if (o.nnodes < 1 || o.node_rank < 0 || o.node_rank >= o.nnodes)
     throw UsageError(fmt::format("--node-rank {} is outside --nnodes {}", o.node_rank, o.nnodes));
   if (o.program.empty()) throw UsageError("launch: expected a PROGRAM to run after --");

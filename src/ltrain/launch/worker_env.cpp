@@ -5,12 +5,18 @@
 
 namespace ltrain::launch {
 
-int resolveNproc(const std::string& spec, int gpus, int cpus) {
-  if (spec == "auto") return gpus > 0 ? gpus : cpus;
+int resolveNproc(const std::string& spec, int gpus, int cpus, int gpus_per_worker) {
   if (spec == "cpu") return cpus;
-  if (spec == "gpu") {
-    if (gpus == 0) throw UsageError("--nproc-per-node gpu: no CUDA device is available here");
-    return gpus;
+  if (spec == "gpu" && gpus == 0)
+    throw UsageError("--nproc-per-node gpu: no CUDA device is available here");
+  if (spec == "auto" || spec == "gpu") {
+    if (gpus == 0) return cpus;
+    if (gpus < gpus_per_worker)
+      throw UsageError(fmt::format(
+          "--nproc-per-node {}: each worker drives {} GPUs (model.pipeline_stages), but {} are "
+          "visible",
+          spec, gpus_per_worker, gpus));
+    return gpus / gpus_per_worker;
   }
   char* end = nullptr;
   long n = std::strtol(spec.c_str(), &end, 10);
