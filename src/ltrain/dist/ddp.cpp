@@ -8,6 +8,7 @@
 #include <csignal>
 #include <map>
 #include <set>
+#include <tuple>
 
 namespace ltrain::dist {
 
@@ -106,9 +107,13 @@ double DistributedDataParallel::now() const {
 void DistributedDataParallel::broadcastCoalesced(const std::vector<torch::Tensor>& tensors) {
   // One broadcast per dtype and device (a pipeline's stages live on several): a flat copy out,
   // broadcast from rank 0, copied back in.
-  std::map<std::string, std::vector<torch::Tensor>> by_type;
+  // Keyed by numbers, so that every rank walks the groups in the same order (as strings,
+  // "cuda:10" would sort before "cuda:8").
+  std::map<std::tuple<int, int, int>, std::vector<torch::Tensor>> by_type;
   for (const auto& t : tensors)
-    by_type[fmt::format("{}/{}", c10::toString(t.scalar_type()), t.device().str())].push_back(t);
+    by_type[{static_cast<int>(t.scalar_type()), static_cast<int>(t.device().type()),
+             static_cast<int>(t.device().index())}]
+        .push_back(t);
   for (auto& [type, ts] : by_type) {
     std::vector<torch::Tensor> flat;
     for (auto& t : ts) flat.push_back(t.detach().reshape(-1));

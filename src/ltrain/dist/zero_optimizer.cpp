@@ -110,7 +110,9 @@ torch::Tensor ZeroOptimizer::flatSlice(const Shard& s,
 bool ZeroOptimizer::gradientsFinite() {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> flags;
-  for (const auto& s : shards_) flags.push_back(torch::isfinite(s.bucket.shard_grad).all());
+  // On the first bucket's device: a pipeline's buckets live on several.
+  const auto at = shards_.front().param.device();
+  for (const auto& s : shards_) flags.push_back(torch::isfinite(s.bucket.shard_grad).all().to(at));
   auto bad = (~torch::stack(flags).all()).to(torch::kFloat).reshape({1});
   std::vector<at::Tensor> io{bad};
   pg_->allreduce(io)->wait(timeout_);
@@ -120,7 +122,8 @@ bool ZeroOptimizer::gradientsFinite() {
 double ZeroOptimizer::gradNorm() {
   torch::NoGradGuard no_grad;
   auto sum = torch::zeros({1}, shards_.front().param.options().dtype(torch::kDouble));
-  for (const auto& s : shards_) sum += s.bucket.shard_grad.to(torch::kDouble).pow(2).sum();
+  for (const auto& s : shards_)
+    sum += s.bucket.shard_grad.to(torch::kDouble).pow(2).sum().to(sum.device());
   std::vector<at::Tensor> io{sum};
   pg_->allreduce(io)->wait(timeout_);
   return std::sqrt(io[0].item<double>());
@@ -221,20 +224,35 @@ void ZeroOptimizer::gatherStateInto(torch::optim::Optimizer& full) {
 void ZeroOptimizer::loadStateFrom(const torch::optim::Optimizer& full) {
   torch::NoGradGuard no_grad;
   for (const auto& s : shards_) {
-    std::vector<ParamState> per_param(s.bucket.params.size());
-    bool any = false;
-    for (size_t i = 0; i < s.bucket.params.size(); ++i)
-      any = readState(full, s.bucket.params[i], per_param[i]) || any;
-    if (!any) continue;
+    const size_t n = s.bucket.params.size();
+    std::vector<ParamState> per_param(n);
+    std::vector<char> has(n, 0);
+    int first = -1;
+    for (size_t i = 0; i < n; ++i) {
+      has[i] = readState(full, s.bucket.params[i], per_param[i]);
+      if (has[i] && first < 0) first = static_cast<int>(i);
+    }
+    if (first < 0) continue;
+    // A parameter without state (one no rank ever used, in a run with
+    // dist.find_unused_parameters) starts from zero moments, like the rest of its slice.
+    const ParamState& like = per_param[first];
     ParamState st;
-    st.step = per_param.front().step;
-    for (size_t k = 0; k < per_param.front().tensors.size(); ++k) {
+    st.step = like.step;
+    for (size_t k = 0; k < like.tensors.size(); ++k) {
       std::vector<torch::Tensor> tensors;
-      for (const auto& ps : per_param) tensors.push_back(ps.tensors.at(k).second);
-      st.tensors.emplace_back(per_param.front().tensors[k].first, flatSlice(s, tensors));
+      for (size_t i = 0; i < n; ++i)
+        tensors.push_back(has[i] && k < per_param[i].tensors.size()
+                              ? per_param[i].tensors[k].second
+                              : torch::zeros_like(s.bucket.params[i]));
+      st.tensors.emplace_back(like.tensors[k].first, flatSlice(s, tensors));
     }
     writeState(*opt_, s.param, st);
   }
+}
+
+void ZeroOptimizer::clearGradients() {
+  torch::NoGradGuard no_grad;
+  for (auto& s : shards_) s.bucket.shard_grad.zero_();
 }
 
 }  // namespace ltrain::dist

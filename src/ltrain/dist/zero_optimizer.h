@@ -40,6 +40,9 @@ class ZeroOptimizer {
   void clipGradNorm(double max_norm);
   // Updates this rank's slice, then gathers every rank's into the model's parameters.
   void step();
+  // A skipped step's gradients (inf/nan) set to zero, so that logs report them as the unsharded
+  // path does (no communication).
+  void clearGradients();
   // After step(): SIGTERM if any rank had it pending, else SIGINT if any did, else 0.
   int stopVote() const { return stop_vote_; }
   // Bytes of optimizer state this rank holds.

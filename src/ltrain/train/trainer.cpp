@@ -313,6 +313,13 @@ class Loop {
       if (!dp_devices_.empty())
         spdlog::info("dist.strategy dp: {} replica(s), on {} first", dp_devices_.size(),
                      dp_devices_.front().str());
+      // LibTorch's replicas are copies (PyTorch's replica 0 shares the module's storage): batch
+      // norm's running statistics, updated in the replicas, never reach the model.
+      if (dp_devices_.size() > 1 && !model_->buffers().empty())
+        spdlog::warn(
+            "dist.strategy dp over {} GPUs does not update the model's buffers (batch norm's "
+            "running statistics stay at their initial values); dist.strategy ddp does",
+            dp_devices_.size());
       if (cfg_.model.placement == "pipeline")
         spdlog::info("pipeline of {} stages, {} micro-batches a batch: {}", devices_.size(),
                      cfg_.model.micro_batches, model_->pipelineSummary());
@@ -424,6 +431,7 @@ class Loop {
             rt_.rank, step_loss.item<double>()));
       ++state_.skipped_steps;
       optimizer_->zero_grad();
+      if (zero_) zero_->clearGradients();
       return std::nan("");
     }
     if (zero_) {
@@ -508,7 +516,7 @@ class Loop {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> norms;
     for (const auto& p : model_->parameters())
-      if (p.grad().defined()) norms.push_back(p.grad().norm(2).to(torch::kFloat));
+      if (p.grad().defined()) norms.push_back(p.grad().norm(2).to(device_, torch::kFloat));
     return norms.empty() ? 0.0 : torch::stack(norms).norm(2).item<double>();
   }
 
@@ -519,7 +527,8 @@ class Loop {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> squares;
     for (const auto& p : model_->parameters())
-      if (p.grad().defined()) squares.push_back(p.grad().to(torch::kDouble).pow(2).sum());
+      if (p.grad().defined())
+        squares.push_back(p.grad().to(torch::kDouble).pow(2).sum().to(device_));
     if (squares.empty()) return;
     const double coef = max_norm / (std::sqrt(torch::stack(squares).sum().item<double>()) + 1e-6);
     if (coef >= 1.0) return;
@@ -548,7 +557,7 @@ class Loop {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> flags;
     for (const auto& p : model_->parameters())
-      if (p.grad().defined()) flags.push_back(torch::isfinite(p.grad()).all());
+      if (p.grad().defined()) flags.push_back(torch::isfinite(p.grad()).all().to(device_));
     return flags.empty() || torch::stack(flags).all().item<bool>();
   }
 
