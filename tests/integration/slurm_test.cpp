@@ -31,13 +31,17 @@ TEST_CASE("the example sbatch script starts one agent per node and they train to
   writeText(dir / "c.yaml",
             "data: {dataset: synthetic, synthetic_shape: [1, 6, 6], synthetic_train_samples: 320, "
             "synthetic_test_samples: 64, batch_size: 16}\nmodel: {hidden: [16]}\n");
+  // The script derives the port from the job id (10000 + id % 20000): pick an id whose port is
+  // free, or a port left in use by an earlier test fails the rendezvous at once.
+  int job = 40000 + getpid() % 20000;
+  while (!ltrain::test::portFree(10000 + job % 20000)) ++job;
   auto r = ltrain::test::runProcess(
       {"bash", std::string(LTRAIN_SOURCE_DIR) + "/scripts/slurm/train.sbatch", dir / "c.yaml",
        "train.epochs=1", "model.hidden=[16, 8]"},
       {{"PATH", dir / "bin:" + std::string(std::getenv("PATH"))},
        {"SLURM_JOB_NODELIST", "node[1-2]"},
        {"SLURM_NNODES", "2"},
-       {"SLURM_JOB_ID", std::to_string(40000 + getpid() % 20000)},
+       {"SLURM_JOB_ID", std::to_string(job)},
        {"LTRAIN_BIN", LTRAIN_BINARY},
        {"LTRAIN_NPROC", "1"},
        {"LTRAIN_OUTPUT_DIR", dir / "run"}});

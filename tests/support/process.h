@@ -37,6 +37,8 @@ class BackgroundProcess {
 
 // A TCP port on 127.0.0.1 that was free a moment ago.
 int freePort();
+// Whether a TCP listener could bind 127.0.0.1:`port` now.
+bool portFree(int port);
 // Whether any process (zombies aside) is still in process group `pgid`.
 bool groupAlive(int pgid);
 // The process groups of the live children of `pid`.
