@@ -48,21 +48,16 @@ std::string readText(const std::string& path) {
   return ss.str();
 }
 
-// How many blocks of `t` tokens (each with the token after it) the split gives at any offset in
-// [0, t): as many as fit after the largest offset, or, for a split too short to shift, all that
-// fit at offset 0.
-int64_t blockCount(int64_t length, int64_t t) {
-  const int64_t shiftable = (length - t) / t;
-  return shiftable >= 1 ? shiftable : (length - 1) / t;
-}
-
-// The blocks of `d.token_stream` starting at `offset`, every block_size tokens: inputs [N, T] and
-// targets shifted by one, as views (no copy; the loader gathers a batch's rows).
-void cut(Dataset& d, int64_t block_size, int64_t offset) {
-  const int64_t n = blockCount(d.token_stream.size(0), block_size);
-  if ((d.token_stream.size(0) - block_size) / block_size < 1) offset = 0;
-  d.inputs = d.token_stream.narrow(0, offset, n * block_size).view({n, block_size});
-  d.targets = d.token_stream.narrow(0, offset + 1, n * block_size).view({n, block_size});
+// The blocks of `d.token_stream` starting at `offset`, every `t` tokens: inputs [N, T] and targets
+// shifted by one, as views (no copy; the loader gathers a batch's rows). N is as many blocks (each
+// with the token after it) as fit after the largest offset, t - 1, so that it does not depend on
+// the offset; a split too short to shift keeps offset 0 and all the blocks that fit there.
+void cut(Dataset& d, int64_t t, int64_t offset) {
+  const int64_t length = d.token_stream.size(0);
+  int64_t n = (length - t) / t;
+  if (n < 1) n = (length - 1) / t, offset = 0;
+  d.inputs = d.token_stream.narrow(0, offset, n * t).view({n, t});
+  d.targets = d.token_stream.narrow(0, offset + 1, n * t).view({n, t});
 }
 
 Dataset blocks(const torch::Tensor& stream, int64_t block_size, int64_t num_classes) {

@@ -30,7 +30,6 @@ struct DdpOptions {
   // receives the averaged gradients of its 1/world slice of the bucket only (shardGradient); the
   // parameters' .grad are then left as they are (see ZeroOptimizer).
   bool shard_gradients = false;
-  int64_t rank = 0;
 };
 
 struct DdpStepStats {

@@ -122,8 +122,7 @@ bool ZeroOptimizer::gradientsFinite() {
 double ZeroOptimizer::gradNorm() {
   torch::NoGradGuard no_grad;
   auto sum = torch::zeros({1}, shards_.front().param.options().dtype(torch::kDouble));
-  for (const auto& s : shards_)
-    sum += s.bucket.shard_grad.to(torch::kDouble).pow(2).sum().to(sum.device());
+  for (const auto& s : shards_) sum += sumOfSquares(s.bucket.shard_grad).to(sum.device());
   std::vector<at::Tensor> io{sum};
   pg_->allreduce(io)->wait(timeout_);
   return std::sqrt(io[0].item<double>());
@@ -170,6 +169,10 @@ void ZeroOptimizer::step() {
       p.copy_(flat.narrow(0, s.bucket.offsets[i], p.numel()).view_as(p));
     }
   }
+}
+
+torch::Tensor sumOfSquares(const torch::Tensor& g) {
+  return at::linalg_vector_norm(g, 2, c10::nullopt, false, torch::kDouble).square();
 }
 
 int64_t optimizerStateBytes(const torch::optim::Optimizer& opt) {

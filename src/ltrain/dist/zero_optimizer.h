@@ -17,6 +17,11 @@
 
 namespace ltrain::dist {
 
+// The sum of the squares of `g`'s elements, accumulated in double without a double copy of `g`:
+// gradient clipping sums these over whole gradients or ZeRO-1 slices, and in double both give the
+// same clip factor.
+torch::Tensor sumOfSquares(const torch::Tensor& g);
+
 // Bytes of per-parameter state `opt` holds (SGD's momentum, Adam's moments).
 int64_t optimizerStateBytes(const torch::optim::Optimizer& opt);
 

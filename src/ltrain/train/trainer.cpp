@@ -277,7 +277,6 @@ class Loop {
       o.timeout = comm_->timeout();
       o.pending_signal = [] { return StopSignal::pending(); };
       o.shard_gradients = cfg_.dist.zero == 1;
-      o.rank = rt_.rank;
       ddp_ = std::make_unique<dist::DistributedDataParallel>(model_.ptr(), comm_->backend(),
                                                              rt_.world_size, o);
       has_buffers_ = !model_->buffers().empty();
@@ -527,8 +526,7 @@ class Loop {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> squares;
     for (const auto& p : model_->parameters())
-      if (p.grad().defined())
-        squares.push_back(p.grad().to(torch::kDouble).pow(2).sum().to(device_));
+      if (p.grad().defined()) squares.push_back(dist::sumOfSquares(p.grad()).to(device_));
     if (squares.empty()) return;
     const double coef = max_norm / (std::sqrt(torch::stack(squares).sum().item<double>()) + 1e-6);
     if (coef >= 1.0) return;
