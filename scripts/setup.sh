@@ -11,7 +11,7 @@ REQS=$here/requirements.txt
 
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config zlib1g-dev
-  libcli11-dev libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 libgloo-dev
+  libcli11-dev libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 libgloo-dev nlohmann-json3-dev
   dataset-fashion-mnist fortunes  # quickstart data; the text corpus of configs/gpt_char.yaml
   clang libclang-rt-14-dev iproute2  # fuzzing (libFuzzer), multi-node tests (ip netns)
 )

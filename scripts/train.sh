@@ -5,7 +5,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 "$root/scripts/setup.sh"
-"$root/scripts/build.sh" >/dev/null
+# The build's progress shows: a first build takes minutes (an up-to-date one is a line).
+"$root/scripts/build.sh"
 config=configs/quickstart.yaml
 if [ $# -gt 0 ] && [[ "$1" != *=* ]] && [[ "$1" != -* ]]; then config=$1; shift; fi
 cd "$root"

@@ -17,12 +17,12 @@
 #include "ltrain/common/errors.h"
 #include "ltrain/config/emit.h"
 #include "ltrain/config/load.h"
-#include "ltrain/dist/runtime.h"
+#include "ltrain/distributed/runtime.h"
 #include "ltrain/io/files.h"
-#include "ltrain/io/json.h"
 #include "ltrain/launch/launcher.h"
 #include "ltrain/sweep/sweep.h"
 
+#include "ltrain/train/evaluate.h"
 #include "ltrain/train/run_dir.h"
 #include "ltrain/train/trainer.h"
 
@@ -57,7 +57,7 @@ int trainLaunched(const Args& a) {
   ltrain::launch::LaunchOptions lo = a.launch;
   lo.nproc_per_node = a.nproc;
   // A pipeline's worker drives one GPU per stage: --nproc-per-node gpu starts GPUs / stages.
-  if (lc.cfg.model.placement == "pipeline")
+  if (lc.cfg.model.placement == ltrain::config::Placement::kPipeline)
     lo.gpus_per_worker = static_cast<int>(lc.cfg.model.pipeline_stages);
   ltrain::launch::checkLaunchable(lo, lc.cfg.dist.backend);
   if (lo.log_dir.empty()) lo.log_dir = rd.path + "/logs";
@@ -71,7 +71,7 @@ int trainLaunched(const Args& a) {
 int cmdTrain(const Args& a) {
   if (!a.nproc.empty()) return trainLaunched(a);
   auto lc = ltrain::config::loadConfig(a.config, a.overrides);
-  auto rt = ltrain::dist::runtimeFromEnv();
+  auto rt = ltrain::distributed::runtimeFromEnv();
   spdlog::set_pattern("[%H:%M:%S] %v");  // under a launcher, it prefixes each line with the rank
   auto s = ltrain::train::runTraining(lc, {a.output_dir, a.overwrite}, rt);
   if (s.stop_signal != 0)

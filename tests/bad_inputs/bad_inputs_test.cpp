@@ -114,6 +114,20 @@ std::vector<std::string> lines(const std::string& text) {
   return out;
 }
 
+// `train CONFIG OVERRIDES... [--flags]` as `config CONFIG OVERRIDES...`.
+std::vector<std::string> asConfigCommand(const std::vector<std::string>& train) {
+  std::vector<std::string> out{"config"};
+  for (size_t i = 1; i < train.size(); ++i) {
+    if (train[i] == "--output-dir" || train[i] == "--nproc-per-node") {
+      ++i;
+      continue;
+    }
+    if (train[i].rfind("--", 0) == 0) continue;
+    out.push_back(train[i]);
+  }
+  return out;
+}
+
 std::vector<fs::path> caseFiles() {
   std::vector<fs::path> out;
   for (const auto& e :
@@ -168,6 +182,13 @@ TEST_CASE("every bad input exits 2 with one error line and leaves existing runs 
       CHECK_THAT(err[0], Contains(substitute(c["message"].as<std::string>(), vars)));
       for (const auto& also : c["also"])
         CHECK_THAT(err[0], Contains(substitute(also.as<std::string>(), vars)));
+      // A cross-option rule: `ltrain config` on the same config and overrides says the same.
+      if (c["config_too"] && c["config_too"].as<bool>()) {
+        const auto cr = runLtrain(asConfigCommand(args), env);
+        INFO("ltrain config: exit code " << cr.exit_code << "\nstderr:\n" << cr.err);
+        CHECK(cr.exit_code == 2);
+        CHECK(lines(cr.err) == err);
+      }
     }
   }
 }

@@ -11,7 +11,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string path = ltrain::fuzz::writeScratch(data, size, ".txt");
-  for (const char* tokenizer : {"char", "byte"}) {
+  for (auto tokenizer : {ltrain::config::Tokenizer::kChar, ltrain::config::Tokenizer::kByte}) {
     try {
       auto s = ltrain::data::loadText(path, tokenizer, 0.25, 4);
       for (auto* d : {&s.train, &s.test}) {

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "support/process.h"
+#include "support/run_files.h"
 #include "test_paths.h"
 
 using Catch::Matchers::Contains;
@@ -22,22 +23,12 @@ struct Outcome {
 Outcome runHanging(const std::string& fault, const std::string& spec) {
   TempDir dir;
   ltrain::test::writeText(dir / "c.yaml", "seed: 1\n");
-  std::vector<std::string> argv{LTRAIN_BINARY,
-                                "train",
-                                dir / "c.yaml",
-                                "--nproc-per-node",
-                                "3",
-                                "--grace",
-                                "2",
-                                "data.dataset=synthetic",
-                                "data.synthetic_shape=[1,6,6]",
-                                "data.synthetic_train_samples=960",
-                                "data.synthetic_test_samples=64",
-                                "data.batch_size=16",
-                                "model.hidden=[32]",
-                                "dist.timeout_s=8",
-                                "--output-dir",
-                                dir / "run"};
+  std::vector<std::string> argv{LTRAIN_BINARY};
+  for (const auto& a : ltrain::test::syntheticRun(
+           dir / "c.yaml", dir / "run",
+           {"--nproc-per-node", "3", "--grace", "2", "data.synthetic_train_samples=960",
+            "data.batch_size=16", "model.hidden=[32]", "train.log_every=50", "dist.timeout_s=8"}))
+    argv.push_back(a);
   const auto t0 = std::chrono::steady_clock::now();
   ltrain::test::BackgroundProcess job(argv, {{"LTRAIN_FAULT_" + fault + "_AT_STEP", spec}});
   Outcome o;

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "support/process.h"
+#include "support/run_files.h"
 #include "support/text_corpus.h"
 
 using Catch::Matchers::Contains;
@@ -52,19 +53,16 @@ TEST_CASE("a character GPT learns: validation loss falls, reported with perplexi
   CHECK_THAT(r.out + r.err, Contains("blocks of 32 tokens (vocabulary 20)"));
   CHECK_THAT(r.out + r.err, Contains("tokens/s"));
   std::vector<double> val;
-  std::istringstream m(readText(dir / "run/metrics.jsonl"));
-  for (std::string line; std::getline(m, line);) {
-    auto rec = YAML::Load(line);
-    if (rec["split"].as<std::string>() != "val") continue;
-    CHECK(rec["perplexity"].as<double>() == Approx(std::exp(rec["loss"].as<double>())));
-    val.push_back(rec["loss"].as<double>());
+  for (const auto& rec : ltrain::test::metricRecords(dir / "run/metrics.jsonl", "val")) {
+    CHECK(rec["perplexity"].get<double>() == Approx(std::exp(rec["loss"].get<double>())));
+    val.push_back(rec["loss"].get<double>());
   }
   REQUIRE(val.size() >= 3);
   INFO("val losses: " << val.front() << " ... " << val.back());
   CHECK(val.back() < val.front() - 0.5);  // from near log(20) = 3.0 towards the corpus's entropy
-  auto summary = YAML::LoadFile(dir / "run/summary.json");
-  CHECK(summary["val_perplexity"].as<double>() ==
-        Approx(std::exp(summary["test_loss"].as<double>())));
+  auto summary = ltrain::test::readJson(dir / "run/summary.json");
+  CHECK(summary["val_perplexity"].get<double>() ==
+        Approx(std::exp(summary["test_loss"].get<double>())));
   auto e = runLtrain({"eval", dir / "c.yaml", "data.dataset=text", "data.path=" + (dir / "t.txt"),
                       "model.name=gpt", "model.n_layer=2", "model.n_head=2", "model.n_embd=32",
                       "model.block_size=32", "--checkpoint", dir / "run/model.safetensors"});

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "support/process.h"
+#include "support/run_files.h"
 #include "test_paths.h"
 
 using Catch::Matchers::Contains;
@@ -30,28 +31,15 @@ double since(Clock::time_point t) {
 }
 
 std::vector<std::string> syntheticTrain(const std::string& cfg, const std::string& out) {
-  return {"train",
-          cfg,
-          "data.dataset=synthetic",
-          "data.synthetic_shape=[1,6,6]",
-          "data.synthetic_train_samples=640",
-          "data.synthetic_test_samples=64",
-          "data.batch_size=16",
-          "model.hidden=[32]",
-          "train.epochs=2",
-          "train.log_every=1",
-          "train.checkpoint_every=4",
-          "--output-dir",
-          out};
+  return ltrain::test::syntheticRun(
+      cfg, out,
+      {"data.synthetic_train_samples=640", "data.batch_size=16", "model.hidden=[32]",
+       "train.epochs=2", "train.log_every=1", "train.checkpoint_every=4"});
 }
-std::vector<int> trainSteps(const std::string& metrics) {
+std::vector<int> trainSteps(const std::string& metrics_path) {
   std::vector<int> steps;
-  std::istringstream in(metrics);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = YAML::Load(line);
-    if (j["split"].as<std::string>() == "train") steps.push_back(j["step"].as<int>());
-  }
+  for (const auto& j : ltrain::test::metricRecords(metrics_path, "train"))
+    steps.push_back(j["step"].get<int>());
   return steps;
 }
 }  // namespace
@@ -98,12 +86,12 @@ TEST_CASE("with a restart left, the job resumes from its checkpoint and every st
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.err, Contains("restarting all workers (restart 1 of 1)"));
   CHECK_THAT(r.out, Contains("resuming from"));
-  const auto steps = trainSteps(readText(dir / "run/metrics.jsonl"));
+  const auto steps = trainSteps(dir / "run/metrics.jsonl");
   std::vector<int> expected(40);
   std::iota(expected.begin(), expected.end(),
             1);  // 640 / 2 ranks / 16 = 20 steps per epoch, 2 epochs
   CHECK(steps == expected);
-  CHECK_THAT(readText(dir / "run/summary.json"), Contains("\"status\": \"completed\""));
+  CHECK(ltrain::test::readJson(dir / "run/summary.json")["status"] == "completed");
 }
 
 TEST_CASE("a worker's bad input is reported with exit code 2 and not restarted", "[dist]") {
@@ -185,7 +173,7 @@ TEST_CASE("the same binary trains under the real torchrun, standalone and static
     auto r = ltrain::test::runProcess(argv);
     INFO(mode << "\n" << r.out << r.err);
     CHECK(r.exit_code == 0);
-    CHECK_THAT(readText(dir / ("run-" + mode) + "/summary.json"), Contains("\"world_size\": 2"));
+    CHECK(ltrain::test::readJson(dir / ("run-" + mode) + "/summary.json")["world_size"] == 2);
   }
 }
 

@@ -14,6 +14,7 @@
 
 #include "ltrain/io/safetensors.h"
 #include "support/process.h"
+#include "support/run_files.h"
 
 #include "test_paths.h"
 
@@ -52,20 +53,10 @@ struct TwoNodes {
 };
 
 std::vector<std::string> trainArgs(const std::string& cfg, const std::string& out) {
-  return {"train",
-          cfg,
-          "data.dataset=synthetic",
-          "data.synthetic_shape=[1,6,6]",
-          "data.synthetic_train_samples=640",
-          "data.synthetic_test_samples=64",
-          "data.batch_size=16",
-          "model.hidden=[32]",
-          "model.dropout=0.1",
-          "train.epochs=2",
-          "train.log_every=1",
-          "dist.timeout_s=10",
-          "--output-dir",
-          out};
+  return ltrain::test::syntheticRun(
+      cfg, out,
+      {"data.synthetic_train_samples=640", "data.batch_size=16", "model.hidden=[32]",
+       "model.dropout=0.1", "train.epochs=2", "train.log_every=1", "dist.timeout_s=10"});
 }
 
 // `ltrain train ... --nnodes 2 --node-rank R` inside namespace `ns`.
@@ -107,7 +98,7 @@ TEST_CASE("two launcher agents in two network namespaces train as one node would
   INFO(r0.out << r0.err << r1.out << r1.err);
   REQUIRE(r0.exit_code == 0);
   REQUIRE(r1.exit_code == 0);
-  CHECK_THAT(readText(dir / "two/summary.json"), Contains("\"world_size\": 2"));
+  CHECK(ltrain::test::readJson(dir / "two/summary.json")["world_size"] == 2);
   // Same world size and ranks: the same weights as on one node, up to the order in which Gloo's
   // TCP transport adds the float partial sums (measured: last-bit differences).
   auto w1 = ltrain::io::loadSafetensors(dir / "one/model.safetensors");

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "support/process.h"
+#include "support/run_files.h"
 #include "test_paths.h"
 
 using Catch::Matchers::Contains;
@@ -17,20 +18,10 @@ using ltrain::test::TempDir;
 
 namespace {
 std::vector<std::string> train(const std::string& out) {
-  return {"train",
-          "/dev/null",
-          "data.dataset=synthetic",
-          "data.synthetic_shape=[1,6,6]",
-          "data.synthetic_train_samples=4000",
-          "data.synthetic_test_samples=64",
-          "data.batch_size=16",
-          "model.hidden=[32]",
-          "optimizer.lr=0.01",
-          "train.epochs=2",
-          "train.log_every=25",
-          "train.eval_every=100",
-          "--output-dir",
-          out};
+  return ltrain::test::syntheticRun(
+      "/dev/null", out,
+      {"data.synthetic_train_samples=4000", "data.batch_size=16", "model.hidden=[32]",
+       "optimizer.lr=0.01", "train.epochs=2", "train.log_every=25", "train.eval_every=100"});
 }
 }  // namespace
 
@@ -84,19 +75,19 @@ TEST_CASE("TensorBoard event files hold every logged scalar at its step") {
     return std::abs(a - b) <= 1e-6 * std::max(1.0, std::abs(b));
   };
   while (std::getline(metrics, line)) {
-    auto j = YAML::Load(line);
-    const int64_t s = j["step"].as<int64_t>();
-    if (j["split"].as<std::string>() == "train") {
+    auto j = ltrain::io::Json::parse(line);
+    const int64_t s = j["step"].get<int64_t>();
+    if (j["split"] == "train") {
       ++train_records;
-      CHECK(same(tb["train/loss"].at(s), j["loss"].as<double>()));
-      CHECK(same(tb["train/lr"].at(s), j["lr"].as<double>()));
-      CHECK(same(tb["train/grad_norm"].at(s), j["grad_norm"].as<double>()));
+      CHECK(same(tb["train/loss"].at(s), j["loss"].get<double>()));
+      CHECK(same(tb["train/lr"].at(s), j["lr"].get<double>()));
+      CHECK(same(tb["train/grad_norm"].at(s), j["grad_norm"].get<double>()));
       CHECK(tb["train/samples_per_s"].count(s) == 1);
       CHECK(tb["train/data_wait_share"].count(s) == 1);
     } else {
       ++test_records;
-      CHECK(same(tb["eval/accuracy"].at(s), j["accuracy"].as<double>()));
-      CHECK(same(tb["eval/loss"].at(s), j["loss"].as<double>()));
+      CHECK(same(tb["eval/accuracy"].at(s), j["accuracy"].get<double>()));
+      CHECK(same(tb["eval/loss"].at(s), j["loss"].get<double>()));
     }
   }
   CHECK(train_records == 20);  // 500 steps, one record every 25

@@ -13,6 +13,7 @@
 
 #include "ltrain/train/checkpoint.h"
 #include "support/process.h"
+#include "support/run_files.h"
 #include "test_paths.h"
 
 using Catch::Matchers::Contains;
@@ -24,20 +25,11 @@ namespace {
 
 std::vector<std::string> train(const std::string& cfg, const std::string& out, int procs,
                                int samples = 640) {
-  std::vector<std::string> a{"train",
-                             cfg,
-                             "data.dataset=synthetic",
-                             "data.synthetic_shape=[1,6,6]",
-                             "data.synthetic_train_samples=" + std::to_string(samples),
-                             "data.synthetic_test_samples=64",
-                             "data.batch_size=16",
-                             "model.hidden=[32]",
-                             "model.dropout=0.2",
-                             "train.epochs=2",
-                             "train.log_every=1",
-                             "train.checkpoint_every=100",
-                             "--output-dir",
-                             out};
+  auto a = ltrain::test::syntheticRun(
+      cfg, out,
+      {"data.synthetic_train_samples=" + std::to_string(samples), "data.batch_size=16",
+       "model.hidden=[32]", "model.dropout=0.2", "train.epochs=2", "train.log_every=1",
+       "train.checkpoint_every=100"});
   if (procs > 1) a.insert(a.begin() + 2, {"--nproc-per-node", std::to_string(procs)});
   return a;
 }
@@ -58,7 +50,7 @@ int lastLoggedStep(const std::string& run) {
   int step = 0;
   while (std::getline(in, line))
     if (line.find("\"train\"") != std::string::npos && line.back() == '}')
-      step = YAML::Load(line)["step"].as<int>();
+      step = ltrain::io::Json::parse(line)["step"].get<int>();
   return step;
 }
 
@@ -79,7 +71,7 @@ TEST_CASE("SIGTERM to one worker: all ranks stop after the same step, checkpoint
   CHECK_THAT(r.err, Contains("not restarting"));
   CHECK_THAT(r.out, Contains("stopped by SIGTERM after step 6"));
   CHECK(newestStep(dir / "cut") == 6);
-  CHECK_THAT(readText(dir / "cut/summary.json"), Contains("\"status\": \"interrupted\""));
+  CHECK(ltrain::test::readJson(dir / "cut/summary.json")["status"] == "interrupted");
 
   auto again = runLtrain(train(dir / "c.yaml", dir / "cut", 2));
   INFO(again.out << again.err);
@@ -115,7 +107,7 @@ TEST_CASE("SIGTERM to the launcher mid-run: checkpoint, 143, and the relaunch fi
   CHECK(readText(dir / "cut/model.safetensors") == readText(dir / "full/model.safetensors"));
 }
 
-TEST_CASE("SIGINT to a single process exits 130; train.on_signal=stop writes no checkpoint") {
+TEST_CASE("SIGINT to a single process exits 130, and train.on_signal=stop writes no checkpoint") {
   TempDir dir;
   ltrain::test::writeText(dir / "c.yaml", "seed: 6\n");
   // The fault hook sends SIGTERM; SIGINT comes from outside, as Ctrl-C would.

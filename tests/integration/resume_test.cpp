@@ -10,6 +10,7 @@
 #include "ltrain/train/checkpoint.h"
 #include "ltrain/train/optimizer.h"
 #include "support/process.h"
+#include "support/run_files.h"
 
 using ltrain::test::readText;
 using ltrain::test::runLtrain;
@@ -40,15 +41,11 @@ std::vector<std::string> args(const std::string& config, const std::string& out,
           "--output-dir",
           out};
 }
-std::vector<std::string> trainLosses(const std::string& metrics) {
+// "step:loss" with the loss as written (every digit of the double).
+std::vector<std::string> trainLosses(const std::string& metrics_path) {
   std::vector<std::string> out;
-  std::istringstream in(metrics);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = YAML::Load(line);
-    if (j["split"].as<std::string>() == "train")
-      out.push_back(j["step"].Scalar() + ":" + j["loss"].Scalar());
-  }
+  for (const auto& j : ltrain::test::metricRecords(metrics_path, "train"))
+    out.push_back(j["step"].dump() + ":" + j["loss"].dump());
   return out;
 }
 // Final weights, read back through the library's own checkpoint loader into a matching model.
@@ -56,7 +53,7 @@ std::vector<torch::Tensor> modelTensors(const std::string& ckpt) {
   auto cfg = ltrain::config::defaults();
   cfg.model.hidden = {32, 16};
   cfg.model.dropout = 0.3;
-  cfg.optimizer.name = "adamw";
+  cfg.optimizer.name = ltrain::config::OptimizerName::kAdamw;
   auto m = ltrain::models::build(cfg.model, {1, 6, 6}, 10);
   auto opt = ltrain::train::makeOptimizer(cfg.optimizer, m->parameters());
   ltrain::train::loadCheckpoint(ckpt, *m, *opt);
@@ -81,13 +78,13 @@ TEST_CASE("kill mid-epoch, resume: same losses and weights as an uninterrupted r
     REQUIRE(resumed.exit_code == 0);
     CHECK_THAT(resumed.err + resumed.out, Catch::Matchers::Contains("resuming from"));
 
-    const auto a = trainLosses(readText(dir / "full/metrics.jsonl"));
-    const auto b = trainLosses(readText(dir / "cut/metrics.jsonl"));
+    const auto a = trainLosses(dir / "full/metrics.jsonl");
+    const auto b = trainLosses(dir / "cut/metrics.jsonl");
     CHECK(a.size() > 20);
     CHECK(a == b);
     // The summary's mean training loss of the last epoch too, although the run restarted inside it.
-    CHECK(YAML::LoadFile(dir / "full/summary.json")["train_loss"].Scalar() ==
-          YAML::LoadFile(dir / "cut/summary.json")["train_loss"].Scalar());
+    CHECK(ltrain::test::readJson(dir / "full/summary.json")["train_loss"] ==
+          ltrain::test::readJson(dir / "cut/summary.json")["train_loss"]);
     const std::string last = accum == "1" ? "step-00000057.pt" : "step-00000030.pt";
     auto wa = modelTensors(dir / ("full/checkpoints/" + last));
     auto wb = modelTensors(dir / ("cut/checkpoints/" + last));
@@ -120,8 +117,7 @@ TEST_CASE("a corrupt newest checkpoint is reported and the previous one resumes 
   auto wa = modelTensors(dir / "full/checkpoints/step-00000057.pt");
   auto wb = modelTensors(dir / "cut/checkpoints/step-00000057.pt");
   for (size_t i = 0; i < wa.size(); ++i) CHECK(torch::equal(wa[i], wb[i]));
-  CHECK(trainLosses(readText(dir / "full/metrics.jsonl")) ==
-        trainLosses(readText(dir / "cut/metrics.jsonl")));
+  CHECK(trainLosses(dir / "full/metrics.jsonl") == trainLosses(dir / "cut/metrics.jsonl"));
 }
 
 TEST_CASE("train.keep_checkpoints keeps the newest K") {

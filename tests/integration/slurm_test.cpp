@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "support/process.h"
+#include "support/run_files.h"
 #include "test_paths.h"
 
 using Catch::Matchers::Contains;
@@ -47,6 +48,6 @@ TEST_CASE("the example sbatch script starts one agent per node and they train to
        {"LTRAIN_OUTPUT_DIR", dir / "run"}});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK_THAT(readText(dir / "run/summary.json"), Contains("\"world_size\": 2"));
+  CHECK(ltrain::test::readJson(dir / "run/summary.json")["world_size"] == 2);
   CHECK(std::filesystem::exists(dir / "run/logs/rank_1.log"));
 }

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "support/process.h"
+#include "support/run_files.h"
 #include "test_paths.h"
 
 using Catch::Matchers::Contains;
@@ -159,8 +160,8 @@ TEST_CASE("trials can be multi-process and run side by side, each on its own por
                       "--nproc-per-node", "2", "--output-dir", dir / "m"});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK_THAT(readText(dir / "m/001-lr=0.1/summary.json"), Contains("\"world_size\": 2"));
-  CHECK_THAT(readText(dir / "m/002-lr=0.01/summary.json"), Contains("\"world_size\": 2"));
+  CHECK(ltrain::test::readJson(dir / "m/001-lr=0.1/summary.json")["world_size"] == 2);
+  CHECK(ltrain::test::readJson(dir / "m/002-lr=0.01/summary.json")["world_size"] == 2);
 }
 
 TEST_CASE("a failing trial is recorded with its error and the sweep goes on") {

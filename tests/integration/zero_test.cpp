@@ -8,6 +8,7 @@
 
 #include "support/process.h"
 #include "support/results.h"
+#include "support/run_files.h"
 #include "support/text_corpus.h"
 
 using Catch::Matchers::Contains;
@@ -46,7 +47,7 @@ std::vector<std::string> gpt(const TempDir& dir, const std::string& out, int pro
 }
 
 double summaryValue(const std::string& run, const char* key) {
-  return YAML::LoadFile(run + "/summary.json")[key].as<double>();
+  return ltrain::test::readJson(run + "/summary.json")[key].get<double>();
 }
 
 }  // namespace

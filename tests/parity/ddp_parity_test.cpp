@@ -2,13 +2,13 @@
 // processes and Python's DistributedDataParallel under the real torchrun (Gloo, CPU, fp32) give the
 // same loss at each of 50 steps (1e-5 relative) and the same final weights (1e-5 absolute).
 #include <torch/torch.h>
-#include <yaml-cpp/yaml.h>
 #include <catch2/catch.hpp>
 
 #include <sstream>
 
 #include "ltrain/io/safetensors.h"
 #include "support/process.h"
+#include "support/run_files.h"
 #include "test_paths.h"
 
 using ltrain::test::readText;
@@ -16,14 +16,10 @@ using ltrain::test::runProcess;
 using ltrain::test::TempDir;
 
 namespace {
-std::map<int, double> losses(const std::string& metrics) {
+std::map<int, double> losses(const std::string& metrics_path) {
   std::map<int, double> out;
-  std::istringstream in(metrics);
-  std::string line;
-  while (std::getline(in, line)) {
-    auto j = YAML::Load(line);
-    if (j["split"].as<std::string>() == "train") out[j["step"].as<int>()] = j["loss"].as<double>();
-  }
+  for (const auto& j : ltrain::test::metricRecords(metrics_path, "train"))
+    out[j["step"].get<int>()] = j["loss"].get<double>();
   return out;
 }
 const std::string kRef = std::string(LTRAIN_SOURCE_DIR) + "/bench/reference/train_ref.py";
@@ -76,8 +72,7 @@ TEST_CASE("ltrain and Python DDP agree step by step from the same weights", "[pa
     INFO(l.out << l.err);
     REQUIRE(l.exit_code == 0);
 
-    auto a = losses(readText(dir / "py/metrics.jsonl")),
-         b = losses(readText(dir / "lt/metrics.jsonl"));
+    auto a = losses(dir / "py/metrics.jsonl"), b = losses(dir / "lt/metrics.jsonl");
     REQUIRE(a.size() == 50);
     REQUIRE(b.size() == 50);
     double worst = 0;

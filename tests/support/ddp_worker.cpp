@@ -1,5 +1,5 @@
 // A DDP worker for the multi-process tests, started by `ltrain launch`. It wraps a small model in
-// DistributedDataParallel, runs one synchronised backward and prints one "result ..." line with
+// the BucketReducer, runs one synchronised backward and prints one "result ..." line with
 // what the test checks: the largest difference between DDP's gradients and the plain average of
 // every rank's own gradients, bucket and allreduce counts, and launch/backward-end timestamps.
 //   ddp_worker MODE   (MODE: basic | unused | unused_error | overlap | bf16 | accum)
@@ -9,9 +9,9 @@
 #include <iostream>
 
 #include "ltrain/config/schema.h"
-#include "ltrain/dist/comm.h"
-#include "ltrain/dist/ddp.h"
-#include "ltrain/dist/runtime.h"
+#include "ltrain/distributed/bucket_reducer.h"
+#include "ltrain/distributed/process_group.h"
+#include "ltrain/distributed/runtime.h"
 
 namespace {
 
@@ -35,7 +35,7 @@ TORCH_MODULE(Net);
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "basic";
-  auto rt = ltrain::dist::runtimeFromEnv();
+  auto rt = ltrain::distributed::runtimeFromEnv();
   auto dc = ltrain::config::defaults().dist;
   dc.timeout_s = 30;
   // LTRAIN_TEST_DEVICE=cuda: the model on cuda:<local rank>, reduced with NCCL.
@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
   const torch::Device device = dev && std::string(dev) == "cuda"
                                    ? torch::Device(torch::kCUDA, static_cast<int>(rt.local_rank))
                                    : torch::Device(torch::kCPU);
-  auto comm = ltrain::dist::Comm::connect(rt, dc, device);
+  auto comm = ltrain::distributed::ProcessGroup::connect(rt, dc, device);
 
   const bool overlap = mode == "overlap";
   // overlap: 6 x 1024^2 floats = 24 MiB of gradients; otherwise small, with a small bucket cap.
@@ -52,13 +52,13 @@ int main(int argc, char** argv) {
   Net net(width, depth, mode == "unused" || mode == "unused_error");
   net->to(device);
 
-  ltrain::dist::DdpOptions o;
+  ltrain::distributed::ReducerOptions o;
   o.bucket_cap_mb = overlap ? 4.0 : 0.01;
   o.first_bucket_mb = overlap ? 1.0 : 0.01;
   o.find_unused_parameters = mode == "unused";
-  o.compression = mode == "bf16" ? "bf16" : "none";
-  o.timeout = std::chrono::seconds(30);
-  ltrain::dist::DistributedDataParallel ddp(net.ptr(), comm->backend(), rt.world_size, o);
+  o.compression =
+      mode == "bf16" ? ltrain::config::Compression::kBf16 : ltrain::config::Compression::kNone;
+  ltrain::distributed::BucketReducer ddp(net.ptr(), *comm, o);
 
   // Parameters must now be rank 0's everywhere.
   double psum = 0;
@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
                    "first_launch_s={:.6f} "
                    "backward_end_s={:.6f} unused_grad_norm={}",
                    rt.rank, device.str(), comm->backendName(), broadcast_ok, max_diff,
-                   ddp.bucketCount(), st.allreduce_calls, st.first_launch_s, st.backward_end_s,
+                   ddp.bucketCount(), st.collectives, st.first_launch_s, st.backward_end_s,
                    unused_norm)
             << std::endl;
   return 0;

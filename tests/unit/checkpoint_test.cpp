@@ -18,7 +18,7 @@ using Catch::Matchers::Contains;
 TEST_CASE("a checkpoint restores weights, optimizer state, position and the RNG stream") {
   ltrain::test::TempDir dir;
   auto cfg = ltrain::config::defaults();
-  cfg.optimizer.name = "adam";
+  cfg.optimizer.name = ltrain::config::OptimizerName::kAdam;
   torch::manual_seed(1);
   auto m = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
   auto opt = ltrain::train::makeOptimizer(cfg.optimizer, m->parameters());

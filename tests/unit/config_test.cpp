@@ -25,7 +25,7 @@ std::string errorOf(const std::string& yaml, std::vector<std::string> overrides 
 
 TEST_CASE("defaults load from an empty file and match the schema's declared values") {
   auto lc = loadConfigText("", "exp.yaml", {});
-  CHECK(lc.cfg.optimizer.name == "sgd");
+  CHECK(lc.cfg.optimizer.name == ltrain::config::OptimizerName::kSgd);
   CHECK(lc.cfg.optimizer.lr == Approx(0.1));
   CHECK(lc.cfg.data.batch_size == 64);
   CHECK(lc.cfg.model.hidden == std::vector<int64_t>{256, 128, 100});
@@ -38,7 +38,7 @@ TEST_CASE("file values and overrides apply in order: defaults < file < overrides
       loadConfigText("optimizer:\n  lr: 0.5\n  name: adamw\ntrain:\n  epochs: 4\n", "exp.yaml",
                      {"optimizer.lr=0.01", "model.hidden=[512,256]", "train.epochs=3"});
   CHECK(lc.cfg.optimizer.lr == Approx(0.01));
-  CHECK(lc.cfg.optimizer.name == "adamw");
+  CHECK(lc.cfg.optimizer.name == ltrain::config::OptimizerName::kAdamw);
   CHECK(lc.cfg.model.hidden == std::vector<int64_t>{512, 256});
   CHECK(lc.cfg.train.epochs == 3);
   CHECK(lc.sources.at("optimizer.name") == "exp.yaml:3");

@@ -8,6 +8,8 @@
 
 #include "ltrain/config/schema.h"
 #include "ltrain/models/model.h"
+#include "ltrain/train/data_parallel.h"
+#include "ltrain/train/precision.h"
 
 namespace {
 struct Case {
@@ -56,4 +58,38 @@ TEST_CASE("replicas of every model family give the original's outputs and gradie
       CHECK(torch::allclose(got[i].value().grad(), want[i].value().grad(), 1e-4, 1e-6));
     }
   }
+}
+
+TEST_CASE(
+    "dist.strategy dp replicas run under the caller's autocast and grad mode, and replica "
+    "0's batch-norm statistics reach the model") {
+  // Two CPU "devices": dataParallelForward runs replica 1 on a thread of its own, as it does for
+  // the second GPU.
+  auto cfg = ltrain::config::defaults();
+  cfg.model.name = "cnn";
+  cfg.model.channels = {4}, cfg.model.fc = {8};
+  torch::manual_seed(3);
+  auto model = ltrain::models::build(cfg.model, {1, 8, 8}, 5);
+  const std::vector<torch::Device> two{torch::kCPU, torch::kCPU};
+  auto x = torch::randn({6, 1, 8, 8});
+  {
+    ltrain::train::AutocastScope autocast(ltrain::config::Precision::kBf16, torch::kCPU);
+    auto out = ltrain::train::dataParallelForward(model, x, two);
+    // A replica in fp32 would make the concatenation fp32.
+    CHECK(out.scalar_type() == torch::kBFloat16);
+  }
+  {
+    torch::NoGradGuard no_grad;
+    auto out = ltrain::train::dataParallelForward(model, x, two);
+    CHECK(!out.requires_grad());
+  }
+  model->train();
+  torch::Tensor running_mean;
+  for (const auto& b : model->named_buffers())
+    if (b.key().find("running_mean") != std::string::npos) running_mean = b.value();
+  REQUIRE(running_mean.defined());
+  const auto before = running_mean.clone();
+  auto out = ltrain::train::dataParallelForward(model, x, two);
+  CHECK(out.requires_grad());
+  CHECK(!torch::equal(running_mean, before));  // replica 0's statistics were copied back
 }

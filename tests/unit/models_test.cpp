@@ -49,7 +49,8 @@ TEST_CASE("a cnn with more pooling stages than the image allows is a usage error
 
 TEST_CASE("an optimizer step changes the weights, for every optimizer") {
   auto cfg = ltrain::config::defaults();
-  for (std::string name : {"sgd", "adam", "adamw"}) {
+  using ltrain::config::OptimizerName;
+  for (auto name : {OptimizerName::kSgd, OptimizerName::kAdam, OptimizerName::kAdamw}) {
     torch::manual_seed(0);
     auto m = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
     cfg.optimizer.name = name;
@@ -59,7 +60,7 @@ TEST_CASE("an optimizer step changes the weights, for every optimizer") {
                                                      torch::randint(3, {8}, torch::kLong));
     loss.backward();
     opt->step();
-    INFO(name);
+    INFO(ltrain::config::toString(name));
     CHECK(!torch::equal(before, m->parameters()[0]));
     ltrain::train::setLearningRate(*opt, 0.123);
     CHECK(opt->param_groups()[0].options().get_lr() == Approx(0.123));

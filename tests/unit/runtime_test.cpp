@@ -4,12 +4,12 @@
 #include <map>
 
 #include "ltrain/common/errors.h"
-#include "ltrain/dist/runtime.h"
+#include "ltrain/distributed/runtime.h"
 
-using ltrain::dist::runtimeFromEnv;
+using ltrain::distributed::runtimeFromEnv;
 
 namespace {
-ltrain::dist::Runtime from(std::map<std::string, std::string> vars) {
+ltrain::distributed::Runtime from(std::map<std::string, std::string> vars) {
   return runtimeFromEnv([&](const char* n) -> const char* {
     auto it = vars.find(n);
     return it == vars.end() ? nullptr : it->second.c_str();
@@ -61,8 +61,8 @@ TEST_CASE("Slurm, OpenMPI and PMI variables") {
   CHECK(s.world_size == 8);
   CHECK(s.local_rank == 1);
   CHECK(s.master_addr == "gpu05");
-  CHECK(ltrain::dist::firstSlurmHost("host[5-9]") == "host5");
-  CHECK(ltrain::dist::firstSlurmHost("a,b") == "a");
+  CHECK(ltrain::distributed::firstSlurmHost("host[5-9]") == "host5");
+  CHECK(ltrain::distributed::firstSlurmHost("a,b") == "a");
   auto o = from({{"OMPI_COMM_WORLD_RANK", "1"},
                  {"OMPI_COMM_WORLD_SIZE", "2"},
                  {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}});
@@ -71,6 +71,26 @@ TEST_CASE("Slurm, OpenMPI and PMI variables") {
   auto p = from({{"PMI_RANK", "2"}, {"PMI_SIZE", "3"}});
   CHECK(p.source == "pmi");
   CHECK(p.world_size == 3);
+}
+
+TEST_CASE("MPICH, Intel MPI and MVAPICH ranks get their node-local rank, not all 0") {
+  // mpiexec (Hydra) and Intel MPI: PMI_RANK/PMI_SIZE with MPI_LOCALRANKID/MPI_LOCALNRANKS.
+  auto h = from(
+      {{"PMI_RANK", "5"}, {"PMI_SIZE", "8"}, {"MPI_LOCALRANKID", "1"}, {"MPI_LOCALNRANKS", "4"}});
+  CHECK(h.rank == 5);
+  CHECK(h.local_rank == 1);
+  CHECK(h.local_world_size == 4);
+  auto pals = from({{"PMI_RANK", "3"}, {"PMI_SIZE", "4"}, {"PALS_LOCAL_RANKID", "3"}});
+  CHECK(pals.local_rank == 3);
+  auto mv = from({{"MV2_COMM_WORLD_RANK", "3"},
+                  {"MV2_COMM_WORLD_SIZE", "4"},
+                  {"MV2_COMM_WORLD_LOCAL_RANK", "1"},
+                  {"MV2_COMM_WORLD_LOCAL_SIZE", "2"}});
+  CHECK(mv.source == "mvapich");
+  CHECK(mv.local_rank == 1);
+  CHECK(mv.local_world_size == 2);
+  CHECK_THROWS_WITH(from({{"PMI_RANK", "0"}, {"PMI_SIZE", "2"}, {"MPI_LOCALRANKID", "a"}}),
+                    Catch::Matchers::Contains("MPI_LOCALRANKID='a'"));
 }
 
 TEST_CASE("contradictory or malformed variables are usage errors") {

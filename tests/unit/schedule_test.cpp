@@ -15,18 +15,18 @@ TEST_CASE("warm-up rises linearly to the peak") {
   CHECK(learningRate(c.optimizer, c.scheduler, 50, 100) == Approx(1.0));
 }
 
-TEST_CASE("cosine and linear reach min_lr at the last step; step decays by gamma") {
+TEST_CASE("cosine and linear reach min_lr at the last step, and step decays by gamma") {
   auto c = ltrain::config::defaults();
   c.optimizer.lr = 1.0;
   c.scheduler.min_lr = 0.1;
-  c.scheduler.name = "cosine";
+  c.scheduler.name = ltrain::config::SchedulerName::kCosine;
   CHECK(learningRate(c.optimizer, c.scheduler, 0, 11) == Approx(1.0));
   CHECK(learningRate(c.optimizer, c.scheduler, 5, 11) == Approx(0.55));
   CHECK(learningRate(c.optimizer, c.scheduler, 10, 11) == Approx(0.1));
-  c.scheduler.name = "linear";
+  c.scheduler.name = ltrain::config::SchedulerName::kLinear;
   CHECK(learningRate(c.optimizer, c.scheduler, 5, 11) == Approx(0.55));
   CHECK(learningRate(c.optimizer, c.scheduler, 10, 11) == Approx(0.1));
-  c.scheduler.name = "step";
+  c.scheduler.name = ltrain::config::SchedulerName::kStep;
   c.scheduler.step_size = 3;
   c.scheduler.gamma = 0.5;
   CHECK(learningRate(c.optimizer, c.scheduler, 2, 100) == Approx(1.0));

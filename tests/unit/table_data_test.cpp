@@ -10,6 +10,7 @@
 #include "ltrain/data/csv_table.h"
 #include "ltrain/data/loader.h"
 #include "support/process.h"
+#include "support/run_files.h"
 
 using Catch::Matchers::Contains;
 using ltrain::test::TempDir;
@@ -135,9 +136,7 @@ TEST_CASE("ltrain trains an MLP on a CSV table") {
                                     "train.epochs=5", "--output-dir", dir / "run"});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  auto summary = ltrain::test::readText(dir / "run/summary.json");
-  const auto at = summary.find("\"test_accuracy\": ") + 17;
-  CHECK(std::stod(summary.substr(at)) > 0.9);
+  CHECK(ltrain::test::readJson(dir / "run/summary.json")["test_accuracy"].get<double>() > 0.9);
 }
 
 TEST_CASE("ltrain trains a CNN on CIFAR-10 binary files") {

@@ -29,11 +29,11 @@ void reportError(const std::string& raw) {
   std::fflush(stderr);
   if (const char* path = std::getenv("TORCHELASTIC_ERROR_FILE")) {
     try {
-      io::writeFileAtomic(
-          path,
-          fmt::format(
-              "{{\"message\": {{\"message\": {}, \"extraInfo\": {{\"timestamp\": \"{}\"}}}}}}\n",
-              io::JsonObject::quote(message), std::time(nullptr)));
+      // torchrun's error-file layout: {"message": {"message": ..., "extraInfo": {...}}}.
+      const io::Json j = {{"message",
+                           {{"message", message},
+                            {"extraInfo", {{"timestamp", std::to_string(std::time(nullptr))}}}}}};
+      io::writeFileAtomic(path, io::dumpJsonLine(j) + "\n");
     } catch (const std::exception&) {
       // The message is on stderr already; the error file is a courtesy.
     }

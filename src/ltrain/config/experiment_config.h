@@ -5,15 +5,17 @@
 #include <string>
 #include <vector>
 
+#include "ltrain/config/modes.h"
+
 namespace ltrain::config {
 
 struct DataConfig {
   std::string dataset;
   std::string path;
   std::string label_column;  // csv: the class column
-  std::string augment;       // none | crop_flip
-  std::string tokenizer;     // text: char | byte
-  double val_fraction;       // text: the end of the file held out for validation
+  Augment augment;
+  Tokenizer tokenizer;  // text
+  double val_fraction;  // text: the end of the file held out for validation
   int64_t augment_pad;
   int64_t batch_size;
   int64_t eval_batch_size;
@@ -31,11 +33,11 @@ struct ModelConfig {
   std::string name;
   std::string init_from;
   std::vector<int64_t> hidden;
-  std::string activation;
+  Activation activation;
   double dropout;
   std::vector<int64_t> channels;
   int64_t kernel_size;
-  std::string pool;
+  Pool pool;
   bool batch_norm;
   bool channels_last;
   std::vector<int64_t> fc;
@@ -43,12 +45,12 @@ struct ModelConfig {
   int64_t width;                                // resnet: channels of the first stage
   int64_t n_layer, n_head, n_embd, block_size;  // gpt
   bool tie_weights;                             // gpt: the head multiplies by the token embedding
-  std::string placement;                        // single | pipeline
+  Placement placement;
   int64_t pipeline_stages, micro_batches;
 };
 
 struct OptimizerConfig {
-  std::string name;
+  OptimizerName name;
   double lr;
   double momentum;
   bool nesterov;
@@ -58,7 +60,7 @@ struct OptimizerConfig {
 };
 
 struct SchedulerConfig {
-  std::string name;
+  SchedulerName name;
   int64_t warmup_steps;
   int64_t step_size;
   double gamma;
@@ -70,25 +72,26 @@ struct TrainConfig {
   int64_t max_steps;
   int64_t grad_accum;
   double clip_grad_norm;
-  std::string precision;
+  Precision precision;
   int64_t log_every;
   int64_t eval_every;
   int64_t checkpoint_every;
   std::string resume;
   int64_t keep_checkpoints;
   int64_t threads;
-  std::string nonfinite;  // stop | skip: what a step with inf/nan gradients does
-  std::string on_signal;  // checkpoint | stop: what SIGTERM/SIGINT do
+  NonFinite nonfinite;  // what a step with inf/nan gradients does
+  OnSignal on_signal;   // what SIGTERM/SIGINT do
+  DeviceChoice device;  // auto: CUDA when present
 };
 
 struct DistConfig {
-  std::string backend;
+  Backend backend;
   double bucket_cap_mb;
   bool find_unused_parameters;
   int64_t timeout_s;
-  std::string grad_compression;
-  int64_t zero;          // 0: every rank holds the whole optimizer state; 1: ZeRO-1, sharded
-  std::string strategy;  // ddp (a process per device) | dp (one process, every local GPU)
+  Compression grad_compression;
+  int64_t zero;       // 0: every rank holds the whole optimizer state; 1: ZeRO-1, sharded
+  Strategy strategy;  // ddp (a process per device) | dp (one process, every local GPU)
 };
 
 struct ExperimentConfig {

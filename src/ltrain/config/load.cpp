@@ -10,6 +10,7 @@
 
 #include "ltrain/common/errors.h"
 #include "ltrain/config/schema.h"
+#include "ltrain/config/validate.h"
 
 namespace ltrain::config {
 namespace {
@@ -36,18 +37,88 @@ int secondDocumentLine(const std::string& text) {
   return 0;
 }
 
+// The YAML of one config file, checked to hold a single mapping of keys.
+YAML::Node parseConfigText(const std::string& text, const std::string& origin) {
+  // A second document would be ignored by Load. (yaml-cpp 0.7's LoadAll, which could count them,
+  // loops forever on some malformed input: found by tests/fuzz/fuzz_config.)
+  if (int line = secondDocumentLine(text))
+    throw UsageError(
+        fmt::format("{}:{}: a second YAML document ('---'); expected one mapping of config keys",
+                    origin, line));
+  YAML::Node root;
+  try {
+    root = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw UsageError(fmt::format("{}:{}: invalid YAML: {}", origin, e.mark.line + 1, e.msg));
+  }
+  if (root.IsDefined() && !root.IsNull() && !root.IsMap())
+    throw UsageError(fmt::format("{}: expected a mapping of config keys at the top level", origin));
+  return root;
+}
+
+std::string readConfigFile(const std::string& file, const std::string& what) {
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec))
+    throw UsageError(fmt::format("{} '{}' not found", what, file));
+  if (std::filesystem::is_directory(file, ec))
+    throw UsageError(fmt::format("{} '{}' is a directory, expected a YAML file", what, file));
+  std::ifstream in(file);
+  if (!in) throw UsageError(fmt::format("{} '{}' cannot be read", what, file));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 struct Builder {
   LoadedConfig out;
-  std::map<std::string, bool> explicitly_set;
+  std::map<std::string, bool> explicitly_set;  // by a file or an override, not a default
 
   void set(const Option& opt, const YAML::Node& value, const std::string& where) {
     try {
       opt.assign(out.cfg, value);
     } catch (const UsageError& e) {
-      throw UsageError(fmt::format("{}: {}: {}", where, opt.path, e.what()));
+      const std::string why = e.what();
+      throw UsageError(fmt::format("{}: {}{} {}", where, opt.path,
+                                   why.rfind("must be", 0) == 0 ? "" : ":", why));
     }
     out.sources[opt.path] = where;
     explicitly_set[opt.path] = true;
+  }
+
+  // A config file's keys over what its base chain set: `base: other.yaml` (relative to the file
+  // naming it) is applied first, recursively; `chain` holds the files above, to refuse cycles.
+  void applyText(const std::string& text, const std::string& origin,
+                 std::vector<std::string> chain) {
+    const YAML::Node root = parseConfigText(text, origin);
+    if (!root.IsDefined() || root.IsNull()) return;
+    if (const YAML::Node base = root["base"]) {
+      const std::string where = fmt::format("{}:{}", origin, base.Mark().line + 1);
+      if (!base.IsScalar() || base.Scalar().empty())
+        throw UsageError(where + ": base: expected the path of another config file");
+      namespace fs = std::filesystem;
+      const fs::path dir = fs::path(origin).parent_path();
+      const std::string path =
+          (fs::path(base.Scalar()).is_absolute() ? fs::path(base.Scalar()) : dir / base.Scalar())
+              .lexically_normal()
+              .string();
+      chain.push_back(origin);
+      std::error_code ec;
+      for (const auto& f : chain)
+        if (fs::equivalent(f, path, ec)) {
+          std::string cycle;
+          for (const auto& c : chain) cycle += c + " -> ";
+          throw UsageError(fmt::format("{}: base: the chain of base files has a cycle: {}{}", where,
+                                       cycle, path));
+        }
+      std::string base_text;
+      try {
+        base_text = readConfigFile(path, "base config file");
+      } catch (const UsageError& e) {
+        throw UsageError(fmt::format("{}: base: {}", where, e.what()));
+      }
+      applyText(base_text, path, chain);
+    }
+    walk(root, "", origin);
   }
 
   void walk(const YAML::Node& map, const std::string& prefix, const std::string& origin) {
@@ -60,6 +131,7 @@ struct Builder {
       if (!fresh)
         throw UsageError(fmt::format("{}: duplicate key '{}' (already set on line {})", where,
                                      it->first.Scalar(), first->second));
+      if (prefix.empty() && it->first.Scalar() == "base") continue;  // applied before the rest
       const std::string path =
           prefix.empty() ? it->first.Scalar() : prefix + "." + it->first.Scalar();
       if (const Option* opt = findOption(path)) {
@@ -74,16 +146,51 @@ struct Builder {
       }
     }
   }
+
+  // Hydra's forms: KEY=VALUE sets any key; +KEY=VALUE adds one the files do not set; ~KEY takes
+  // one the files set back to its default.
+  void applyOverride(const std::string& text) {
+    const bool add = !text.empty() && text[0] == '+', remove = !text.empty() && text[0] == '~';
+    if (remove) {
+      const std::string key = text.substr(1);
+      const Option* opt = findOption(key);
+      if (!opt) throw UsageError(fmt::format("override '{}': {}", text, unknownKey(key)));
+      if (!explicitly_set.count(key))
+        throw UsageError(fmt::format(
+            "override '{}': {} is not set by the config file, so there is nothing to remove", text,
+            key));
+      ExperimentConfig fresh = defaults();
+      opt->assign(out.cfg, opt->read(fresh));
+      out.sources[key] = fmt::format("default (override {})", text);
+      explicitly_set.erase(key);
+      return;
+    }
+    auto [key, value] = parseOverride(add ? text.substr(1) : text);
+    const Option* opt = findOption(key);
+    if (!opt) {
+      if (isSection(key))
+        throw UsageError(
+            fmt::format("override '{}': '{}' is a section; set one of its keys "
+                        "(KEY.FIELD=VALUE)",
+                        text, key));
+      throw UsageError(fmt::format("override '{}': {}", text, unknownKey(key)));
+    }
+    if (add && explicitly_set.count(key))
+      throw UsageError(fmt::format("override '{}': {} is already set ({}); use {}=... to change it",
+                                   text, key, out.sources.at(key), key));
+    set(*opt, value, fmt::format("override {}", text));
+  }
 };
 
-void validate(const LoadedConfig& lc, const std::map<std::string, bool>& explicitly_set) {
+// Rules on single options beyond their bounds; cross-option rules are in validate.cpp.
+void checkOptions(const LoadedConfig& lc, const std::map<std::string, bool>& explicitly_set) {
   const ExperimentConfig& c = lc.cfg;
   for (const auto& opt : schema()) {
     try {
       checkConstraints(opt, c);
     } catch (const UsageError& e) {
       auto src = lc.sources.find(opt.path);
-      throw UsageError(src == lc.sources.end() || src->second == "default"
+      throw UsageError(src == lc.sources.end() || !explicitly_set.count(opt.path)
                            ? std::string(e.what())
                            : fmt::format("{}: {}", src->second, e.what()));
     }
@@ -104,9 +211,6 @@ void validate(const LoadedConfig& lc, const std::map<std::string, bool>& explici
   if (c.name.empty() || c.name.find('/') != std::string::npos)
     throw UsageError(
         fmt::format("name must be a non-empty directory name without '/', got '{}'", c.name));
-  if (c.data.dataset == "mnist" && c.data.path.empty())
-    throw UsageError(
-        "data.path must name the directory of the MNIST IDX files for dataset 'mnist'");
 }
 
 }  // namespace
@@ -133,53 +237,16 @@ LoadedConfig loadConfigText(const std::string& text, const std::string& origin,
   b.out.file = origin;
   b.out.overrides = overrides;
   for (const auto& o : schema()) b.out.sources[o.path] = "default";
-
-  // A second document would be ignored by Load. (yaml-cpp 0.7's LoadAll, which could count them,
-  // loops forever on some malformed input: found by tests/fuzz/fuzz_config.)
-  if (int line = secondDocumentLine(text))
-    throw UsageError(
-        fmt::format("{}:{}: a second YAML document ('---'); expected one mapping of config keys",
-                    origin, line));
-  YAML::Node root;
-  try {
-    root = YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw UsageError(fmt::format("{}:{}: invalid YAML: {}", origin, e.mark.line + 1, e.msg));
-  }
-  if (root.IsDefined() && !root.IsNull()) {
-    if (!root.IsMap())
-      throw UsageError(
-          fmt::format("{}: expected a mapping of config keys at the top level", origin));
-    b.walk(root, "", origin);
-  }
-  for (const auto& text_override : overrides) {
-    auto [key, value] = parseOverride(text_override);
-    const Option* opt = findOption(key);
-    if (!opt) {
-      if (isSection(key))
-        throw UsageError(
-            fmt::format("override '{}': '{}' is a section; set one of its keys "
-                        "(KEY.FIELD=VALUE)",
-                        text_override, key));
-      throw UsageError(fmt::format("override '{}': {}", text_override, unknownKey(key)));
-    }
-    b.set(*opt, value, fmt::format("override {}", text_override));
-  }
-  validate(b.out, b.explicitly_set);
+  b.applyText(text, origin, {});
+  for (const auto& o : overrides) b.applyOverride(o);
+  b.out.explicitly_set = b.explicitly_set;
+  checkOptions(b.out, b.explicitly_set);
+  validate(b.out);
   return b.out;
 }
 
 LoadedConfig loadConfig(const std::string& file, const std::vector<std::string>& overrides) {
-  std::error_code ec;
-  if (!std::filesystem::exists(file, ec))
-    throw UsageError(fmt::format("config file '{}' not found", file));
-  if (std::filesystem::is_directory(file, ec))
-    throw UsageError(fmt::format("config file '{}' is a directory, expected a YAML file", file));
-  std::ifstream in(file);
-  if (!in) throw UsageError(fmt::format("config file '{}' cannot be read", file));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return loadConfigText(ss.str(), file, overrides);
+  return loadConfigText(readConfigFile(file, "config file"), file, overrides);
 }
 
 }  // namespace ltrain::config

@@ -1,5 +1,7 @@
-// Turns a YAML file plus KEY=VALUE overrides into a validated ExperimentConfig
-// (defaults < file < overrides), remembering where each value came from.
+// Turns a YAML file plus overrides into a validated ExperimentConfig (defaults < base files <
+// file < overrides), remembering where each value came from. A file may name `base: other.yaml`
+// (relative to itself) and override its keys, chains allowed; overrides are Hydra's KEY=VALUE,
+// +KEY=VALUE (a key the files do not set) and ~KEY (back to the default).
 #pragma once
 #include <map>
 #include <string>
@@ -16,7 +18,12 @@ struct LoadedConfig {
   ExperimentConfig cfg;
   std::string file;
   std::vector<std::string> overrides;
-  std::map<std::string, std::string> sources;  // path -> "default" | "file:line" | "override"
+  std::map<std::string, std::string> sources;  // path -> "default" | "file:line" | "override ..."
+  std::map<std::string, bool> explicitly_set;  // paths a file or an override set
+  // "file:line: " of where `path` was set, or "" for a default: the prefix of its errors.
+  std::string where(const std::string& path) const {
+    return explicitly_set.count(path) ? sources.at(path) + ": " : "";
+  }
 };
 
 // Throws UsageError with one line naming the key, the file and line, and what was expected.

@@ -105,6 +105,49 @@ struct ValueTraits<std::vector<E>> {
   }
 };
 
+// A mode: one of its enum's names (modes.h), which are also the option's choices.
+template <class E>
+struct EnumTraits {
+  static constexpr const char* name = "string";
+  static E parse(const YAML::Node& n) {
+    E v{};
+    // Worded as the choice check of other options: "<key> must be one of a|b, got 'c'".
+    if (!n.IsScalar() || !fromString(n.Scalar(), v))
+      throw UsageError(
+          fmt::format("must be one of {}, got {}", fmt::join(choiceList(), "|"), shown(n)));
+    return v;
+  }
+  static YAML::Node emit(E v) { return YAML::Node(toString(v)); }
+  static std::vector<std::string> choiceList() {
+    std::vector<std::string> out;
+    for (const auto& [v, n] : EnumNames<E>::table) out.emplace_back(n);
+    return out;
+  }
+};
+#define LT_ENUM_TRAITS(E) \
+  template <>             \
+  struct ValueTraits<E> : EnumTraits<E> {}
+LT_ENUM_TRAITS(Precision);
+LT_ENUM_TRAITS(Placement);
+LT_ENUM_TRAITS(Strategy);
+LT_ENUM_TRAITS(Backend);
+LT_ENUM_TRAITS(Compression);
+LT_ENUM_TRAITS(NonFinite);
+LT_ENUM_TRAITS(OnSignal);
+LT_ENUM_TRAITS(Augment);
+LT_ENUM_TRAITS(Tokenizer);
+LT_ENUM_TRAITS(OptimizerName);
+LT_ENUM_TRAITS(SchedulerName);
+LT_ENUM_TRAITS(Activation);
+LT_ENUM_TRAITS(Pool);
+LT_ENUM_TRAITS(DeviceChoice);
+#undef LT_ENUM_TRAITS
+
+template <class T, class = void>
+struct IsEnumOption : std::false_type {};
+template <class T>
+struct IsEnumOption<T, std::void_t<decltype(EnumNames<T>::table)>> : std::true_type {};
+
 template <class T>
 std::string typeName() {
   if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>)
@@ -126,6 +169,7 @@ Option makeOption(const char* path, Access access, std::string help, T def) {
     return ValueTraits<T>::emit(access(const_cast<ExperimentConfig&>(c)));
   };
   o.set_default = [access, def](ExperimentConfig& c) { access(c) = def; };
+  if constexpr (IsEnumOption<T>::value) o.choices = EnumTraits<T>::choiceList();
   return o;
 }
 
@@ -154,8 +198,7 @@ std::vector<Option> buildSchema() {
       LT_OPT(data.tokenizer,
              "text: tokens are the file's characters (UTF-8; the vocabulary is the characters it "
              "holds) or its bytes (256 tokens, any file)",
-             S("char"))
-          .oneOf({"char", "byte"}),
+             Tokenizer::kChar),
       LT_OPT(data.val_fraction, "text: share of the file, from its end, held out for validation",
              0.1)
           .positive()
@@ -165,8 +208,7 @@ std::vector<Option> buildSchema() {
           "Training-image augmentation: none, or crop_flip (a random crop of the image padded by "
           "data.augment_pad pixels, and a horizontal flip half the time), seeded per rank and "
           "epoch",
-          S("none"))
-          .oneOf({"none", "crop_flip"}),
+          Augment::kNone),
       LT_OPT(data.augment_pad, "crop_flip: zero padding a side before the crop", int64_t{4})
           .atLeast(0),
       LT_OPT(data.path,
@@ -201,8 +243,7 @@ std::vector<Option> buildSchema() {
       LT_OPT(model.hidden, "mlp: hidden layer sizes", IntList{256, 128, 100})
           .atLeast(1)
           .forModel("mlp"),
-      LT_OPT(model.activation, "Activation after each hidden layer", S("relu"))
-          .oneOf({"relu", "gelu", "tanh", "sigmoid"}),
+      LT_OPT(model.activation, "Activation after each hidden layer", Activation::kRelu),
       LT_OPT(model.dropout,
              "Dropout probability after each hidden layer (gpt: after embeddings, attention and "
              "each residual branch)",
@@ -215,9 +256,7 @@ std::vector<Option> buildSchema() {
       LT_OPT(model.kernel_size, "cnn: conv kernel size (odd; 'same' padding)", int64_t{3})
           .atLeast(1)
           .forModel("cnn"),
-      LT_OPT(model.pool, "cnn: 2x2 pooling after each conv block", S("max"))
-          .oneOf({"max", "avg", "none"})
-          .forModel("cnn"),
+      LT_OPT(model.pool, "cnn: 2x2 pooling after each conv block", Pool::kMax).forModel("cnn"),
       LT_OPT(model.batch_norm, "cnn: batch norm after each conv", true).forModel("cnn"),
       LT_OPT(model.channels_last,
              "cnn: keep images and conv weights channels-last (NHWC); often faster with cuDNN, "
@@ -253,14 +292,13 @@ std::vector<Option> buildSchema() {
              "model.pipeline_stages stages, one per device of the process (cuda:<local_rank * "
              "stages + s>; all on the CPU without CUDA), run with GPipe's micro-batch schedule, "
              "with DDP across processes",
-             S("single"))
-          .oneOf({"single", "pipeline"}),
+             Placement::kSingle),
       LT_OPT(model.pipeline_stages, "pipeline: stages (devices per process)", int64_t{2})
           .atLeast(2),
       LT_OPT(model.micro_batches, "pipeline: micro-batches each batch is cut into", int64_t{4})
           .atLeast(1),
 
-      LT_OPT(optimizer.name, "Optimizer", S("sgd")).oneOf({"sgd", "adam", "adamw"}),
+      LT_OPT(optimizer.name, "Optimizer", OptimizerName::kSgd),
       LT_OPT(optimizer.lr, "Peak learning rate", 0.1).positive(),
       LT_OPT(optimizer.momentum, "sgd: momentum", 0.9).atLeast(0).atMost(1),
       LT_OPT(optimizer.nesterov, "sgd: Nesterov momentum", false),
@@ -271,8 +309,7 @@ std::vector<Option> buildSchema() {
           .atMost(1),
       LT_OPT(optimizer.eps, "adam/adamw: epsilon", 1e-8).positive(),
 
-      LT_OPT(scheduler.name, "Learning-rate schedule after warm-up", S("constant"))
-          .oneOf({"constant", "step", "cosine", "linear"}),
+      LT_OPT(scheduler.name, "Learning-rate schedule after warm-up", SchedulerName::kConstant),
       LT_OPT(scheduler.warmup_steps, "Steps of linear warm-up from 0 to optimizer.lr", int64_t{0})
           .atLeast(0),
       LT_OPT(scheduler.step_size, "step: multiply by gamma every step_size steps", int64_t{1000})
@@ -290,8 +327,7 @@ std::vector<Option> buildSchema() {
       LT_OPT(
           train.precision,
           "Compute precision: fp32, or autocast to bf16 or fp16 (fp16 with dynamic loss scaling)",
-          S("fp32"))
-          .oneOf({"fp32", "bf16", "fp16"}),
+          Precision::kFp32),
       LT_OPT(train.log_every, "Optimizer steps between training log lines", int64_t{50}).atLeast(1),
       LT_OPT(train.eval_every, "Optimizer steps between evaluations; 0: at the end of each epoch",
              int64_t{0})
@@ -308,32 +344,32 @@ std::vector<Option> buildSchema() {
           .atLeast(0),
       LT_OPT(train.threads, "Intra-op CPU threads per process; 0: torch's default", int64_t{0})
           .atLeast(0),
+      LT_OPT(train.device,
+             "Where a process computes: auto (cuda:<local rank> when CUDA is present, else the "
+             "CPU), cpu (also on a machine with GPUs), or cuda (an error without one)",
+             DeviceChoice::kAuto),
       LT_OPT(train.nonfinite,
              "A step whose gradients hold inf or nan: stop the run naming the step, or skip it "
              "(counted as skipped_steps); all ranks decide together. fp16 always skips (its loss "
              "scaler)",
-             S("stop"))
-          .oneOf({"stop", "skip"}),
+             NonFinite::kStop),
       LT_OPT(train.on_signal,
              "On SIGTERM or SIGINT every rank finishes its step, then: checkpoint (rank 0 saves, "
              "the next launch resumes) or stop; exit code 143 or 130",
-             S("checkpoint"))
-          .oneOf({"checkpoint", "stop"}),
+             OnSignal::kCheckpoint),
 
-      LT_OPT(dist.backend, "Collective backend", S("auto")).oneOf({"auto", "nccl", "gloo"}),
+      LT_OPT(dist.backend, "Collective backend", Backend::kAuto),
       LT_OPT(dist.bucket_cap_mb, "Gradient bucket size in MiB (the first bucket is 1 MiB)", 25.0)
           .positive(),
       LT_OPT(dist.find_unused_parameters, "Reduce parameters that got no gradient as zeros", false),
       LT_OPT(dist.timeout_s, "Bound on rendezvous and every collective, seconds", int64_t{1800})
           .atLeast(1),
-      LT_OPT(dist.grad_compression, "Gradient compression for the allreduce", S("none"))
-          .oneOf({"none", "bf16", "fp16"}),
+      LT_OPT(dist.grad_compression, "Gradient compression for the allreduce", Compression::kNone),
       LT_OPT(dist.strategy,
              "ddp: one process per device, gradients all-reduced (the default); dp: one process "
              "drives every visible GPU with LibTorch's data_parallel (replicas made each step, as "
              "torch.nn.DataParallel), for users coming from it; on the CPU one replica",
-             S("ddp"))
-          .oneOf({"ddp", "dp"}),
+             Strategy::kDdp),
       LT_OPT(dist.zero,
              "ZeRO stage: 0, every rank keeps the whole optimizer state; 1, the state is sharded "
              "across ranks (gradients reduce-scattered, each rank updates its slice, parameters "

@@ -71,12 +71,12 @@ Dataset blocks(const torch::Tensor& stream, int64_t block_size, int64_t num_clas
 
 }  // namespace
 
-std::vector<int64_t> tokenize(const std::string& text, const std::string& tokenizer,
+std::vector<int64_t> tokenize(const std::string& text, config::Tokenizer tokenizer,
                               Vocabulary& vocab, const std::string& path) {
   std::vector<int64_t> tokens;
   tokens.reserve(text.size());
   vocab = Vocabulary{};
-  if (tokenizer == "byte") {
+  if (tokenizer == config::Tokenizer::kByte) {
     vocab.bytes = true;
     for (unsigned char c : text) tokens.push_back(c);
     return tokens;
@@ -101,7 +101,7 @@ std::vector<int64_t> tokenize(const std::string& text, const std::string& tokeni
   return tokens;
 }
 
-Splits loadText(const std::string& path, const std::string& tokenizer, double val_fraction,
+Splits loadText(const std::string& path, config::Tokenizer tokenizer, double val_fraction,
                 int64_t block_size) {
   const std::string text = readText(path);
   Vocabulary vocab;

@@ -19,15 +19,15 @@ struct Vocabulary {
   int64_t size() const { return bytes ? 256 : static_cast<int64_t>(chars.size()); }
 };
 
-// The file's tokens under `tokenizer` ("char" or "byte"), and the vocabulary that maps them.
+// The file's tokens under `tokenizer`, and the vocabulary that maps them.
 // UsageError naming the file and byte offset for invalid UTF-8 under "char".
-std::vector<int64_t> tokenize(const std::string& text, const std::string& tokenizer,
+std::vector<int64_t> tokenize(const std::string& text, config::Tokenizer tokenizer,
                               Vocabulary& vocab, const std::string& path);
 
 // Train and validation splits of `path`: inputs and targets [N, block_size] int64 (views of one
 // token stream), num_classes the vocabulary size. UsageError for a missing or unreadable file, or
 // one too short to give each split a block.
-Splits loadText(const std::string& path, const std::string& tokenizer, double val_fraction,
+Splits loadText(const std::string& path, config::Tokenizer tokenizer, double val_fraction,
                 int64_t block_size);
 
 // The offset in [0, block_size) of epoch `epoch`'s training blocks: the same on every rank.

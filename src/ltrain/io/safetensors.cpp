@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 #include <torch/torch.h>
-#include <yaml-cpp/yaml.h>
 
 #include <filesystem>
 #include <fstream>
@@ -34,33 +33,26 @@ std::string dtypeName(torch::ScalarType t) {
 
 void saveSafetensors(const std::string& path, const NamedTensors& tensors,
                      const std::map<std::string, std::string>& metadata) {
-  std::string header = "{";
-  if (!metadata.empty()) {
-    JsonObject meta;
-    for (const auto& [k, v] : metadata) meta.add(k, v);
-    header += "\"__metadata__\": " + meta.str();
-  }
+  Json header = Json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
   std::vector<torch::Tensor> data;
   int64_t offset = 0;
   for (const auto& [name, t] : tensors) {
     auto c = t.detach().to(torch::kCPU).contiguous();
     const int64_t bytes = c.numel() * static_cast<int64_t>(c.element_size());
-    std::string shape;
-    for (auto d : c.sizes()) shape += (shape.empty() ? "" : ", ") + std::to_string(d);
-    if (header.size() > 1) header += ", ";
-    header += fmt::format("{}: {{\"dtype\": \"{}\", \"shape\": [{}], \"data_offsets\": [{}, {}]}}",
-                          JsonObject::quote(name), dtypeName(c.scalar_type()), shape, offset,
-                          offset + bytes);
+    header[name] = {{"dtype", dtypeName(c.scalar_type())},
+                    {"shape", c.sizes().vec()},
+                    {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
     data.push_back(c);
   }
-  header += "}";
-  while (header.size() % 8) header += ' ';  // the format's alignment convention
+  std::string text = dumpJsonLine(header);
+  while (text.size() % 8) text += ' ';  // the format's alignment convention
   std::string out;
-  out.reserve(8 + header.size() + offset);
-  uint64_t n = header.size();
+  out.reserve(8 + text.size() + offset);
+  uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) out += static_cast<char>((n >> (8 * i)) & 0xff);
-  out += header;
+  out += text;
   for (const auto& c : data)
     out.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
   writeFileAtomic(path, out);
@@ -89,14 +81,10 @@ std::map<std::string, torch::Tensor> loadSafetensors(const std::string& path) {
                     path, n, size - 8));
   std::string header(n, '\0');
   in.read(header.data(), static_cast<std::streamsize>(n));
-  YAML::Node root;
-  try {
-    root = YAML::Load(header);  // JSON is YAML's flow syntax
-  } catch (const YAML::Exception& e) {
-    throw UsageError(
-        fmt::format("safetensors file '{}': the header is not valid JSON ({})", path, e.msg));
-  }
-  if (!root.IsMap())
+  const Json root = parseJsonOrDiscard(header);
+  if (root.is_discarded())
+    throw UsageError(fmt::format("safetensors file '{}': the header is not valid JSON", path));
+  if (!root.is_object())
     throw UsageError(fmt::format("safetensors file '{}': the header is not a JSON object", path));
   const uint64_t data_size = size - 8 - n;
   std::string data(data_size, '\0');
@@ -104,46 +92,39 @@ std::map<std::string, torch::Tensor> loadSafetensors(const std::string& path) {
 
   std::map<std::string, torch::Tensor> out;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
-  for (auto it = root.begin(); it != root.end(); ++it) {
-    // Copies: the iterator's pair is a temporary (found by tests/fuzz/fuzz_safetensors).
-    const YAML::Node key = it->first, e = it->second;
-    if (!key.IsScalar())
-      throw UsageError(fmt::format("safetensors file '{}': a tensor name is not a string", path));
-    const std::string name = key.Scalar();
+  for (const auto& item : root.items()) {
+    const std::string name = item.key();
+    const Json& e = item.value();
     if (name == "__metadata__") continue;
     auto bad = [&](const std::string& what) {
       return UsageError(fmt::format("safetensors file '{}': tensor '{}' {}", path, name, what));
     };
-    if (!e.IsMap() || !e["dtype"] || !e["shape"] || !e["data_offsets"] || !e["dtype"].IsScalar() ||
-        !e["shape"].IsSequence() || !e["data_offsets"].IsSequence() ||
-        e["data_offsets"].size() != 2)
+    if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") ||
+        !e.contains("data_offsets") || !e["dtype"].is_string() || !e["shape"].is_array() ||
+        !e["data_offsets"].is_array() || e["data_offsets"].size() != 2)
       throw bad("needs dtype, shape and data_offsets [begin, end]");
+    const std::string dtype = e["dtype"].get<std::string>();
     torch::ScalarType type{};
     bool known = false;
     for (const auto& [dn, t] : dtypes())
-      if (dn == e["dtype"].as<std::string>()) type = t, known = true;
-    if (!known) throw bad(fmt::format("has an unknown dtype '{}'", e["dtype"].as<std::string>()));
+      if (dn == dtype) type = t, known = true;
+    if (!known) throw bad(fmt::format("has an unknown dtype '{}'", dtype));
     std::vector<int64_t> shape;
     int64_t numel = 1;
-    try {
-      for (const auto& d : e["shape"]) {
-        shape.push_back(d.as<int64_t>());
-        // No negative sizes, and no product that could overflow (the file's size is checked below,
-        // with a message that says it may be truncated).
-        constexpr int64_t kMaxElements = int64_t{1} << 50;
-        if (shape.back() < 0 || (shape.back() > 0 && numel > kMaxElements / shape.back()))
-          throw bad("has a negative or impossibly large shape");
-        numel *= shape.back();
-      }
-    } catch (const YAML::Exception&) {
-      throw bad("has a shape that is not a list of integers");
+    for (const auto& d : e["shape"]) {
+      if (!d.is_number_integer()) throw bad("has a shape that is not a list of integers");
+      shape.push_back(d.get<int64_t>());
+      // No negative sizes, and no product that could overflow (the file's size is checked below,
+      // with a message that says it may be truncated).
+      constexpr int64_t kMaxElements = int64_t{1} << 50;
+      if (shape.back() < 0 || (shape.back() > 0 && numel > kMaxElements / shape.back()))
+        throw bad("has a negative or impossibly large shape");
+      numel *= shape.back();
     }
-    uint64_t begin, end;
-    try {
-      begin = e["data_offsets"][0].as<uint64_t>(), end = e["data_offsets"][1].as<uint64_t>();
-    } catch (const YAML::Exception&) {
-      throw bad("has data_offsets that are not integers");
-    }
+    const auto& offsets = e["data_offsets"];
+    if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
+      throw bad("has data_offsets that are not non-negative integers");
+    const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
     const uint64_t expect = static_cast<uint64_t>(numel) * c10::elementSize(type);
     if (end < begin || end - begin != expect)
       throw bad(fmt::format("has data_offsets [{}, {}] for {} bytes of data", begin, end, expect));

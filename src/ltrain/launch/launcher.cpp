@@ -15,14 +15,14 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
-#include <regex>
 #include <thread>
 
 #include "ltrain/common/errors.h"
 #include "ltrain/common/spawn.h"
-#include "ltrain/dist/net.h"
+#include "ltrain/distributed/sockets.h"
 
 #include "ltrain/io/files.h"
+#include "ltrain/io/json.h"
 
 namespace ltrain::launch {
 namespace {
@@ -170,8 +170,8 @@ class Launcher {
     so.waitWorkers = false;
     // Bound to the master address alone: loopback for a single node (the default), the address
     // the other nodes dial for a multi-node job.
-    so.masterListenFd = dist::listenOn(o_.master_addr, o_.master_port, o_.nnodes > 1);
-    so.port = static_cast<uint16_t>(dist::boundPort(*so.masterListenFd));
+    so.masterListenFd = distributed::listenOn(o_.master_addr, o_.master_port, o_.nnodes > 1);
+    so.port = static_cast<uint16_t>(distributed::boundPort(*so.masterListenFd));
     try {
       store_ = c10::make_intrusive<c10d::TCPStore>(o_.master_addr, so);
     } catch (const c10::Error& e) {
@@ -329,10 +329,13 @@ class Launcher {
     std::error_code ec;
     if (!std::filesystem::exists(w.error_file, ec)) return "";
     try {
-      static const std::regex msg(R"re("message":\s*"((?:[^"\\]|\\.)*)")re");
-      std::smatch m;
-      const std::string text = io::readFile(w.error_file);
-      if (std::regex_search(text, m, msg)) return m[1].str();
+      // torchrun's layout, {"message": {"message": TEXT, ...}}, or a bare {"message": TEXT}.
+      const io::Json j = io::parseJsonOrDiscard(io::readFile(w.error_file));
+      if (!j.is_object() || !j.contains("message")) return "";
+      const auto& m = j["message"];
+      if (m.is_string()) return m.get<std::string>();
+      if (m.is_object() && m.contains("message") && m["message"].is_string())
+        return m["message"].get<std::string>();
     } catch (const std::exception&) {
       // The exit status and the last output still say what happened.
     }
@@ -358,11 +361,11 @@ class Launcher {
 
 }  // namespace
 
-void checkLaunchable(const LaunchOptions& opts, const std::string& backend) {
+void checkLaunchable(const LaunchOptions& opts, config::Backend backend) {
   LaunchOptions o = opts;
   if (o.program.empty()) o.program = {"ltrain"};
   validatedNproc(o);
-  if (backend == "nccl" && torch::cuda::device_count() == 0)
+  if (backend == config::Backend::kNccl && torch::cuda::device_count() == 0)
     throw UsageError(
         "dist.backend=nccl needs CUDA devices and none is available here; use gloo or auto");
 }

@@ -2,6 +2,7 @@
 // device, prefixes and logs their output, and on the first failure stops the others (SIGTERM, then
 // SIGKILL) and restarts all while restarts remain. SIGINT/SIGTERM are forwarded to the workers.
 #pragma once
+#include "ltrain/config/modes.h"
 #include "ltrain/launch/launch_options.h"
 
 namespace ltrain::launch {
@@ -12,6 +13,6 @@ int runLauncher(const LaunchOptions& opts);
 
 // The launch options' own checks (worker count, node rank, program), and that the workers' device
 // can serve the collective `backend` (nccl needs CUDA). UsageError before anything starts.
-void checkLaunchable(const LaunchOptions& opts, const std::string& backend);
+void checkLaunchable(const LaunchOptions& opts, config::Backend backend);
 
 }  // namespace ltrain::launch

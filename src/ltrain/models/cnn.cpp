@@ -18,13 +18,13 @@ torch::nn::Sequential buildCnn(const config::ModelConfig& cfg, const std::vector
                                          .bias(!cfg.batch_norm)));
     if (cfg.batch_norm) seq->push_back(torch::nn::BatchNorm2d(out));
     appendActivation(seq, cfg.activation);
-    if (cfg.pool != "none") {
+    if (cfg.pool != config::Pool::kNone) {
       if (h < 2 || w < 2)
         throw UsageError(
             fmt::format("model.channels: {} pooled conv blocks need inputs of at least "
                         "{} pixels a side, the data has {}x{}",
                         cfg.channels.size(), 1 << cfg.channels.size(), shape[1], shape[2]));
-      if (cfg.pool == "max")
+      if (cfg.pool == config::Pool::kMax)
         seq->push_back(torch::nn::MaxPool2d(2));
       else
         seq->push_back(torch::nn::AvgPool2d(2));

@@ -9,7 +9,7 @@
 
 namespace ltrain::models {
 
-void appendActivation(torch::nn::Sequential& seq, const std::string& name);
+void appendActivation(torch::nn::Sequential& seq, config::Activation name);
 // Linear -> activation [-> dropout] for each of `sizes`, from `in` features; returns the last
 // width.
 int64_t appendDense(torch::nn::Sequential& seq, int64_t in, const std::vector<int64_t>& sizes,

@@ -8,17 +8,21 @@
 
 namespace ltrain::models {
 
-void appendActivation(torch::nn::Sequential& seq, const std::string& name) {
-  if (name == "relu")
-    seq->push_back(torch::nn::ReLU());
-  else if (name == "gelu")
-    seq->push_back(torch::nn::GELU());
-  else if (name == "tanh")
-    seq->push_back(torch::nn::Tanh());
-  else if (name == "sigmoid")
-    seq->push_back(torch::nn::Sigmoid());
-  else
-    throw UsageError(fmt::format("model.activation: unknown activation '{}'", name));
+void appendActivation(torch::nn::Sequential& seq, config::Activation name) {
+  switch (name) {
+    case config::Activation::kRelu:
+      seq->push_back(torch::nn::ReLU());
+      return;
+    case config::Activation::kGelu:
+      seq->push_back(torch::nn::GELU());
+      return;
+    case config::Activation::kTanh:
+      seq->push_back(torch::nn::Tanh());
+      return;
+    case config::Activation::kSigmoid:
+      seq->push_back(torch::nn::Sigmoid());
+      return;
+  }
 }
 
 int64_t appendDense(torch::nn::Sequential& seq, int64_t in, const std::vector<int64_t>& sizes,

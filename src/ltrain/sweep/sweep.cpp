@@ -22,6 +22,7 @@
 #include "ltrain/common/spawn.h"
 #include "ltrain/config/load.h"
 #include "ltrain/io/files.h"
+#include "ltrain/io/json.h"
 
 namespace fs = std::filesystem;
 
@@ -71,15 +72,15 @@ Outcome readOutcome(const std::string& run_dir) {
   Outcome o;
   std::error_code ec;
   if (!fs::exists(run_dir + "/summary.json", ec)) return o;
-  try {
-    auto j = YAML::LoadFile(run_dir + "/summary.json");
-    o.status = j["status"].as<std::string>("unknown");
-    for (const auto& m : kMetrics)
-      if (j[m] && j[m].IsScalar()) o.metrics[m] = j[m].as<double>(0);
-    if (j["error"]) o.error = j["error"].as<std::string>("");
-  } catch (const YAML::Exception&) {
+  const io::Json j = io::parseJsonOrDiscard(io::readFile(run_dir + "/summary.json"));
+  if (!j.is_object()) {
     o.status = "unknown";
+    return o;
   }
+  o.status = j.value("status", std::string("unknown"));
+  for (const auto& m : kMetrics)
+    if (j.contains(m) && j[m].is_number()) o.metrics[m] = j[m].get<double>();
+  if (j.contains("error") && j["error"].is_string()) o.error = j["error"].get<std::string>();
   return o;
 }
 

@@ -22,7 +22,9 @@ void openArchive(const std::string& path, torch::serialize::InputArchive& ar, st
   try {
     bytes = io::readFile(path);
     auto payload = io::verifyChecksummed(bytes, kMagic, "an ltrain checkpoint");
-    ar.load_from(payload.data(), payload.size());
+    // Onto the CPU whatever device wrote it: the model is placed, and the optimizer state moved
+    // next to its parameters, afterwards (a GPU run's checkpoint also evaluates without a GPU).
+    ar.load_from(payload.data(), payload.size(), torch::Device(torch::kCPU));
   } catch (const c10::Error& e) {
     std::string why = e.what_without_backtrace();
     throw UsageError(
@@ -128,7 +130,7 @@ void pruneCheckpoints(const std::string& dir, int64_t keep) {
 }
 
 void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& opt,
-                    const LoopState& s) {
+                    const LoopState& s, torch::Device device) {
   torch::serialize::OutputArchive ar, model_ar, opt_ar;
   model.save(model_ar);
   opt.save(opt_ar);
@@ -147,6 +149,11 @@ void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::op
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
     ar.write("rng_cpu", gen.get_state());
+  }
+  if (device.is_cuda()) {  // dropout on the GPU draws from the device's generator
+    auto gen = at::globalContext().defaultGenerator(device);
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    ar.write("rng_cuda", gen.get_state());
   }
   try {
     io::writeChecksummed(path, kMagic, [&](const io::ByteSink& sink) {
@@ -189,7 +196,7 @@ void loadCheckpointModel(const std::string& path, torch::nn::Module& model) {
 }
 
 LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
-                         torch::optim::Optimizer& opt) {
+                         torch::optim::Optimizer& opt, torch::Device device) {
   LoopState s;
   try {
     torch::serialize::InputArchive ar, opt_ar;
@@ -213,9 +220,18 @@ LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
     s.epoch_loss_count = readInt(ar, "epoch_loss_count");
     torch::Tensor rng;
     ar.read("rng_cpu", rng);
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    gen.set_state(rng);
+    {
+      auto gen = at::detail::getDefaultCPUGenerator();
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(rng);
+    }
+    // A CPU run's checkpoint resumed on a GPU (or the reverse) keeps the seeded device state.
+    torch::Tensor rng_cuda;
+    if (device.is_cuda() && ar.try_read("rng_cuda", rng_cuda)) {
+      auto gen = at::globalContext().defaultGenerator(device);
+      std::lock_guard<std::mutex> lock(gen.mutex());
+      gen.set_state(rng_cuda);
+    }
   } catch (const c10::Error& e) {
     std::string why = e.what_without_backtrace();
     why = why.substr(0, why.find('\n'));

@@ -1,8 +1,10 @@
 // Checkpoints: model parameters and buffers, optimizer state, the loop position (step, epoch,
-// micro-batch within the epoch) and the CPU RNG state, so that a resumed run continues exactly.
+// micro-batch within the epoch) and the RNG states (the CPU's, and the GPU's of a CUDA run), so
+// that a resumed run continues exactly. Tensors are read back onto the CPU.
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
+#include <torch/types.h>
 
 #include <optional>
 #include <string>
@@ -23,11 +25,13 @@ struct LoopState {
 };
 
 // Written atomically: a crash or a full disk leaves the previous checkpoint as it was.
+// `device`: the run's device, whose generator is saved too when it is a GPU.
 void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& opt,
-                    const LoopState& state);
-// Throws UsageError naming the file when it is unreadable, corrupt or from another model.
+                    const LoopState& state, torch::Device device = torch::kCPU);
+// Throws UsageError naming the file when it is unreadable, corrupt or from another model. The
+// model and `opt` get CPU tensors: place the model and move the state afterwards.
 LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
-                         torch::optim::Optimizer& opt);
+                         torch::optim::Optimizer& opt, torch::Device device = torch::kCPU);
 // The model part alone (for evaluation); UsageError naming the file when it cannot be loaded.
 void loadCheckpointModel(const std::string& path, torch::nn::Module& model);
 // "<dir>/step-00000042.pt" for step 42, and the newest such file in `dir`.

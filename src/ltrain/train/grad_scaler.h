@@ -1,10 +1,9 @@
-// Dynamic loss scaling for fp16, as torch.amp.GradScaler does it: multiply the loss by the scale,
-// unscale the gradients before clipping and the step, skip the step when any gradient is inf/nan
-// and halve the scale, double it after `growth_interval` good steps in a row.
+// Dynamic loss scaling for fp16, as torch.amp.GradScaler does it: the loss is multiplied by the
+// scale, the gradients unscaled before clipping and the step (GradientSync::findInf), a step with
+// inf/nan gradients skipped and the scale halved, doubled after `growth_interval` good steps in a
+// row. This class holds the scale and its schedule.
 #pragma once
-#include <torch/types.h>
-
-#include <vector>
+#include <cstdint>
 
 namespace ltrain::train {
 
@@ -23,9 +22,10 @@ class GradScaler {
   int64_t growthTracker() const { return tracker_; }
   void restore(double scale, int64_t tracker) { scale_ = scale, tracker_ = tracker; }
 
-  // Divides every gradient by the scale; returns false when any is not finite (then the optimizer
-  // step must be skipped). Updates the scale either way.
-  bool unscaleAndUpdate(const std::vector<torch::Tensor>& params);
+  // After the gradients were unscaled (by 1/scale()) and checked: halves the scale after a step
+  // with inf or nan gradients (which is then skipped), doubles it after growth_interval good
+  // steps in a row.
+  void update(bool finite);
 
  private:
   bool enabled_;

@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <regex>
 #include <sstream>
 #include <stdexcept>
 
@@ -14,12 +13,15 @@ namespace ltrain::train {
 void MetricsLog::open(const std::string& path, int64_t resume_step) {
   std::error_code ec;
   if (resume_step >= 0 && std::filesystem::exists(path, ec)) {
-    static const std::regex step(R"re("step":\s*(\d+))re");
     std::istringstream in(io::readFile(path));
     std::string line, kept;
     while (std::getline(in, line)) {
-      std::smatch m;
-      if (std::regex_search(line, m, step) && std::stoll(m[1]) > resume_step) continue;
+      // A line cut by a kill (not JSON) goes too: the record is written again.
+      const io::Json j = io::parseJsonOrDiscard(line);
+      if (j.is_discarded() || !j.is_object()) continue;
+      const auto step = j.find("step");
+      if (step != j.end() && step->is_number_integer() && step->get<int64_t>() > resume_step)
+        continue;
       kept += line + "\n";
     }
     io::writeFileAtomic(path, kept);
@@ -28,9 +30,9 @@ void MetricsLog::open(const std::string& path, int64_t resume_step) {
   if (!out_) throw std::runtime_error(fmt::format("cannot open '{}' for writing", path));
 }
 
-void MetricsLog::write(const io::JsonObject& record) {
+void MetricsLog::write(const io::Json& record) {
   if (!out_.is_open()) return;
-  out_ << record.str() << '\n';
+  out_ << io::dumpJsonLine(record) << '\n';
   out_.flush();
 }
 

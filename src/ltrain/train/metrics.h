@@ -15,7 +15,7 @@ class MetricsLog {
   // a run that died; all of them when starting from step 0) are dropped first, so the log reads
   // as one clean run. A negative `resume_step` keeps everything.
   void open(const std::string& path, int64_t resume_step);
-  void write(const io::JsonObject& record);
+  void write(const io::Json& record);
   bool isOpen() const { return out_.is_open(); }
 
  private:

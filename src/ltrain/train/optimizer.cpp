@@ -7,12 +7,12 @@ namespace ltrain::train {
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const config::OptimizerConfig& c,
                                                        std::vector<torch::Tensor> params) {
   namespace optim = torch::optim;
-  if (c.name == "adam")
+  if (c.name == config::OptimizerName::kAdam)
     return std::make_unique<optim::Adam>(params, optim::AdamOptions(c.lr)
                                                      .betas({c.betas[0], c.betas[1]})
                                                      .eps(c.eps)
                                                      .weight_decay(c.weight_decay));
-  if (c.name == "adamw")
+  if (c.name == config::OptimizerName::kAdamw)
     return std::make_unique<optim::AdamW>(params, optim::AdamWOptions(c.lr)
                                                       .betas({c.betas[0], c.betas[1]})
                                                       .eps(c.eps)

@@ -2,18 +2,19 @@
 #pragma once
 #include <ATen/autocast_mode.h>
 
-#include <string>
+#include "ltrain/config/modes.h"
 
 namespace ltrain::train {
 
 class AutocastScope {
  public:
-  AutocastScope(const std::string& precision, c10::DeviceType device)
-      : device_(device), on_(precision == "bf16" || precision == "fp16") {
+  AutocastScope(config::Precision precision, c10::DeviceType device)
+      : device_(device), on_(precision != config::Precision::kFp32) {
     if (!on_) return;
     prev_enabled_ = at::autocast::is_autocast_enabled(device_);
     prev_dtype_ = at::autocast::get_autocast_dtype(device_);
-    at::autocast::set_autocast_dtype(device_, precision == "fp16" ? at::kHalf : at::kBFloat16);
+    at::autocast::set_autocast_dtype(
+        device_, precision == config::Precision::kFp16 ? at::kHalf : at::kBFloat16);
     at::autocast::set_autocast_enabled(device_, true);
   }
   ~AutocastScope() {

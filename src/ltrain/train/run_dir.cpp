@@ -3,11 +3,11 @@
 #include <fmt/format.h>
 
 #include <filesystem>
-#include <regex>
 
 #include "ltrain/common/errors.h"
 #include "ltrain/config/emit.h"
 #include "ltrain/io/files.h"
+#include "ltrain/io/json.h"
 #include "ltrain/train/checkpoint.h"
 
 namespace fs = std::filesystem;
@@ -18,10 +18,9 @@ std::string runStatus(const std::string& run_dir) {
   std::error_code ec;
   const std::string p = run_dir + "/summary.json";
   if (!fs::exists(p, ec)) return "";
-  static const std::regex status(R"re("status":\s*"([a-z_]+)")re");
-  std::smatch m;
-  std::string text = io::readFile(p);
-  return std::regex_search(text, m, status) ? m[1].str() : "unknown";
+  const io::Json j = io::parseJsonOrDiscard(io::readFile(p));
+  if (!j.is_object() || !j.contains("status") || !j["status"].is_string()) return "unknown";
+  return j["status"].get<std::string>();
 }
 
 RunDir prepareRunDir(const config::LoadedConfig& lc, const std::string& output_dir_flag,

@@ -12,9 +12,11 @@ double learningRate(const config::OptimizerConfig& opt, const config::SchedulerC
   const int64_t after = step - s.warmup_steps;
   const int64_t span = std::max<int64_t>(1, total_steps - s.warmup_steps - 1);
   const double t = std::min(1.0, static_cast<double>(after) / span);
-  if (s.name == "step") return peak * std::pow(s.gamma, static_cast<double>(after / s.step_size));
-  if (s.name == "cosine") return s.min_lr + (peak - s.min_lr) * 0.5 * (1.0 + std::cos(M_PI * t));
-  if (s.name == "linear") return peak + (s.min_lr - peak) * t;
+  if (s.name == config::SchedulerName::kStep)
+    return peak * std::pow(s.gamma, static_cast<double>(after / s.step_size));
+  if (s.name == config::SchedulerName::kCosine)
+    return s.min_lr + (peak - s.min_lr) * 0.5 * (1.0 + std::cos(M_PI * t));
+  if (s.name == config::SchedulerName::kLinear) return peak + (s.min_lr - peak) * t;
   return peak;
 }
 

@@ -6,22 +6,23 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "ltrain/config/experiment_config.h"
-#include "ltrain/dist/runtime.h"
-#include "ltrain/dist/watchdog.h"
+#include "ltrain/distributed/runtime.h"
+#include "ltrain/distributed/watchdog.h"
 
-namespace ltrain::dist {
+namespace ltrain::distributed {
 
-class Comm {
+class ProcessGroup {
  public:
   // Rendezvous and backend creation. Throws UsageError for a port in use or a backend that cannot
   // serve `device`, std::runtime_error naming the missing ranks when peers do not arrive in time.
-  static std::shared_ptr<Comm> connect(const Runtime& rt, const config::DistConfig& cfg,
-                                       c10::Device device);
+  static std::shared_ptr<ProcessGroup> connect(const Runtime& rt, const config::DistConfig& cfg,
+                                               c10::Device device);
 
   const Runtime& runtime() const { return rt_; }
   c10::intrusive_ptr<c10d::Backend> backend() const { return backend_; }
@@ -32,12 +33,19 @@ class Comm {
   // Hang detection (see watchdog.h); the training loop reports its step and phase to it.
   Watchdog& watchdog() { return *watchdog_; }
 
+  // Waits for a collective. Gloo (CPU): up to dist.timeout_s, seen by the watchdog as
+  // communication. NCCL (CUDA): stream-ordered, so the host does not stall: the current stream
+  // waits for the collective, and NCCL's own timeout and the heartbeats catch a hang.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work);
   // Sum of `values` over all ranks (small reductions: losses, counts).
   std::vector<double> allreduceSum(const std::vector<double>& values);
   // Waits until every rank has called barrier(name); names the missing ranks on timeout.
   void barrier(const std::string& name);
   // Rank 0 publishes `value` under `key`; every rank returns it.
   std::string broadcastString(const std::string& key, const std::string& value);
+  // A collective that failed because a peer went away says only "connection closed by peer
+  // <address>": this names the ranks whose heartbeat stopped. "" when `e` is no collective's.
+  std::string explainFailure(const std::exception& e, int64_t step);
 
  private:
   Runtime rt_;
@@ -49,8 +57,26 @@ class Comm {
   std::unique_ptr<Watchdog> watchdog_;
 };
 
+// While it lives, the watchdog reports this rank as doing `p` (evaluating, checkpointing) rather
+// than computing; nothing without a process group.
+class PhaseScope {
+ public:
+  PhaseScope(ProcessGroup* pg, Phase p) : pg_(pg) {
+    if (pg_) before_ = pg_->watchdog().phase(), pg_->watchdog().setPhase(p);
+  }
+  ~PhaseScope() {
+    if (pg_) pg_->watchdog().setPhase(before_);
+  }
+  PhaseScope(const PhaseScope&) = delete;
+  PhaseScope& operator=(const PhaseScope&) = delete;
+
+ private:
+  ProcessGroup* pg_;
+  Phase before_ = Phase::kCompute;
+};
+
 // "gloo" or "nccl" for dist.backend (auto: nccl on CUDA, gloo otherwise); UsageError for a
 // mismatch.
-std::string chooseBackend(const std::string& configured, c10::Device device);
+std::string chooseBackend(config::Backend configured, c10::Device device);
 
-}  // namespace ltrain::dist
+}  // namespace ltrain::distributed

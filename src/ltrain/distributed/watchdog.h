@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-namespace ltrain::dist {
+namespace ltrain::distributed {
 
 enum class Phase : int { kStartup, kCompute, kCommunicate, kEvaluate, kCheckpoint };
 const char* phaseName(Phase p);
@@ -87,4 +87,4 @@ class Watchdog {
   std::thread thread_;
 };
 
-}  // namespace ltrain::dist
+}  // namespace ltrain::distributed

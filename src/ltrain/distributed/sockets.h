@@ -4,7 +4,7 @@
 #pragma once
 #include <string>
 
-namespace ltrain::dist {
+namespace ltrain::distributed {
 
 bool isLoopback(const std::string& addr);
 
@@ -18,4 +18,4 @@ int boundPort(int fd);
 // does not resolve.
 std::string localAddressToward(const std::string& host, int port);
 
-}  // namespace ltrain::dist
+}  // namespace ltrain::distributed

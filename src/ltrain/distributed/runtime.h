@@ -1,11 +1,12 @@
 // Where this process stands in the job: rank, local rank and world size, read from the launcher's
-// environment (torchrun / ltrain launch, Slurm, OpenMPI, MPICH), one process when none is set.
+// environment (torchrun / ltrain launch, Slurm, OpenMPI, MVAPICH, MPICH and Intel MPI), one
+// process when none is set.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <string>
 
-namespace ltrain::dist {
+namespace ltrain::distributed {
 
 struct Runtime {
   int64_t rank = 0, local_rank = 0, world_size = 1, local_world_size = 1;
@@ -13,7 +14,7 @@ struct Runtime {
   int master_port = 29500;
   bool agent_store = false;  // TORCHELASTIC_USE_AGENT_STORE=True: every rank is a store client
   int64_t restart_count = 0;
-  std::string source = "none";  // none | torchrun | slurm | openmpi | pmi
+  std::string source = "none";  // none | torchrun | slurm | openmpi | mvapich | pmi
   bool distributed() const { return world_size > 1; }
   bool isMain() const { return rank == 0; }
 };
@@ -27,4 +28,4 @@ Runtime runtimeFromEnv();
 // First host of a Slurm node list: "gpu[05-09,12],cpu1" -> "gpu05".
 std::string firstSlurmHost(const std::string& nodelist);
 
-}  // namespace ltrain::dist
+}  // namespace ltrain::distributed

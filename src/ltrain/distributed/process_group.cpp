@@ -1,6 +1,7 @@
-#include "ltrain/dist/comm.h"
+#include "ltrain/distributed/process_group.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -13,9 +14,9 @@
 
 #include "ltrain/common/error_report.h"
 #include "ltrain/common/errors.h"
-#include "ltrain/dist/net.h"
+#include "ltrain/distributed/sockets.h"
 
-namespace ltrain::dist {
+namespace ltrain::distributed {
 namespace {
 
 using Ms = std::chrono::milliseconds;
@@ -61,17 +62,18 @@ c10::intrusive_ptr<c10d::Store> openStore(const Runtime& rt, Ms timeout, bool ma
 
 }  // namespace
 
-std::string chooseBackend(const std::string& configured, c10::Device device) {
-  if (configured == "nccl" && !device.is_cuda())
+std::string chooseBackend(config::Backend configured, c10::Device device) {
+  if (configured == config::Backend::kNccl && !device.is_cuda())
     throw UsageError(
         "dist.backend=nccl needs CUDA devices and none is available here; use gloo or auto");
-  if (configured == "auto") return device.is_cuda() ? "nccl" : "gloo";
-  return configured;
+  if (configured == config::Backend::kAuto) return device.is_cuda() ? "nccl" : "gloo";
+  return config::toString(configured);
 }
 
-std::shared_ptr<Comm> Comm::connect(const Runtime& rt, const config::DistConfig& cfg,
-                                    c10::Device device) {
-  auto c = std::make_shared<Comm>();
+std::shared_ptr<ProcessGroup> ProcessGroup::connect(const Runtime& rt,
+                                                    const config::DistConfig& cfg,
+                                                    c10::Device device) {
+  auto c = std::make_shared<ProcessGroup>();
   c->rt_ = rt;
   c->device_ = device;
   c->timeout_ = Ms(cfg.timeout_s * 1000);
@@ -113,8 +115,13 @@ std::shared_ptr<Comm> Comm::connect(const Runtime& rt, const config::DistConfig&
 #ifdef USE_C10D_NCCL
       auto opts = c10d::ProcessGroupNCCL::Options::create();
       opts->timeout = c->timeout_;
-      c->backend_ =
+      auto nccl =
           c10::make_intrusive<c10d::ProcessGroupNCCL>(pg_store, rt.rank, rt.world_size, opts);
+      // Bound to this rank's GPU and connected now, as init_process_group(device_id=...) does:
+      // NCCL then never guesses the device, and a broken peer fails here rather than mid-step.
+      nccl->setBoundDeviceId(device);
+      nccl->eagerConnectSingleDevice(device);
+      c->backend_ = nccl;
 #else
       throw UsageError("dist.backend=nccl: this build of LibTorch has no NCCL");
 #endif
@@ -127,7 +134,7 @@ std::shared_ptr<Comm> Comm::connect(const Runtime& rt, const config::DistConfig&
   return c;
 }
 
-void Comm::barrier(const std::string& name) {
+void ProcessGroup::barrier(const std::string& name) {
   Watchdog::Waiting waiting(watchdog_.get());
   const std::string key = "barrier/" + name;
   store_->set(fmt::format("{}/{}", key, rt_.rank), std::vector<uint8_t>{1});
@@ -150,7 +157,7 @@ void Comm::barrier(const std::string& name) {
   }
 }
 
-std::string Comm::broadcastString(const std::string& key, const std::string& value) {
+std::string ProcessGroup::broadcastString(const std::string& key, const std::string& value) {
   Watchdog::Waiting waiting(watchdog_.get());
   const std::string k = "bcast/" + key;
   if (rt_.rank == 0) store_->set(k, std::vector<uint8_t>(value.begin(), value.end()));
@@ -159,13 +166,38 @@ std::string Comm::broadcastString(const std::string& key, const std::string& val
   return std::string(v.begin(), v.end());
 }
 
-std::vector<double> Comm::allreduceSum(const std::vector<double>& values) {
+std::string ProcessGroup::explainFailure(const std::exception& e, int64_t step) {
+  const std::string what = e.what();
+  const bool collective = dynamic_cast<const c10::DistError*>(&e) ||
+                          what.find("gloo") != std::string::npos ||
+                          what.find("NCCL") != std::string::npos;
+  if (!collective) return "";
+  const std::string first = firstLine(what);
+  const auto silent = watchdog_->silentRanks();
+  if (silent.empty())
+    return fmt::format("rank {}: a collective failed after step {}: {}", rt_.rank, step, first);
+  return fmt::format(
+      "rank {}: a collective failed after step {} because rank(s) {} went away (no heartbeat "
+      "since: the process died or its node is gone): {}",
+      rt_.rank, step, fmt::join(silent, ", "), first);
+}
+
+void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work) {
+  if (device_.is_cuda()) {
+    work->wait();  // no timeout argument: with one, NCCL's wait blocks the host until done
+    return;
+  }
+  Watchdog::Waiting waiting(watchdog_.get());
+  work->wait(timeout_);
+}
+
+std::vector<double> ProcessGroup::allreduceSum(const std::vector<double>& values) {
   auto t = torch::tensor(values, torch::kDouble).to(device_);
   std::vector<at::Tensor> ts{t};
-  Watchdog::Waiting waiting(watchdog_.get());
-  backend_->allreduce(ts)->wait(timeout_);
+  wait(backend_->allreduce(ts));
+  Watchdog::Waiting waiting(watchdog_.get());  // the copy to the host waits for the reduction
   auto cpu = t.cpu();
   return std::vector<double>(cpu.data_ptr<double>(), cpu.data_ptr<double>() + cpu.numel());
 }
 
-}  // namespace ltrain::dist
+}  // namespace ltrain::distributed

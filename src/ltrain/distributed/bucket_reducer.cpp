@@ -1,37 +1,45 @@
-#include "ltrain/dist/ddp.h"
+#include "ltrain/distributed/bucket_reducer.h"
 
 #include <fmt/format.h>
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
-#include <csignal>
 #include <map>
 #include <set>
 #include <tuple>
 
-namespace ltrain::dist {
+#include "ltrain/distributed/process_group.h"
+
+namespace ltrain::distributed {
 
 // Runs after autograd has accumulated a parameter's gradient into .grad.
 struct GradReadyHook : torch::autograd::PostAccumulateGradHook {
-  GradReadyHook(DistributedDataParallel* ddp, size_t slot) : ddp(ddp), slot(slot) {}
-  void operator()(const torch::autograd::Variable&) override { ddp->markReady(slot); }
-  DistributedDataParallel* ddp;
+  GradReadyHook(BucketReducer* reducer, size_t slot) : reducer(reducer), slot(slot) {}
+  void operator()(const torch::autograd::Variable&) override { reducer->markReady(slot); }
+  BucketReducer* reducer;
   size_t slot;
 };
 
 namespace {
-torch::ScalarType wireType(const std::string& compression, torch::ScalarType param_type) {
-  if (compression == "bf16") return torch::kBFloat16;
-  if (compression == "fp16") return torch::kHalf;
+torch::ScalarType wireType(config::Compression compression, torch::ScalarType param_type) {
+  switch (compression) {
+    case config::Compression::kBf16:
+      return torch::kBFloat16;
+    case config::Compression::kFp16:
+      return torch::kHalf;
+    case config::Compression::kNone:
+      break;
+  }
   return param_type;
 }
 }  // namespace
 
-DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Module> module,
-                                                 c10::intrusive_ptr<c10d::Backend> pg,
-                                                 int64_t world_size, DdpOptions opts)
-    : module_(std::move(module)), pg_(std::move(pg)), world_(world_size), opts_(std::move(opts)) {
+BucketReducer::BucketReducer(std::shared_ptr<torch::nn::Module> module, ProcessGroup& pg,
+                             ReducerOptions opts)
+    : module_(std::move(module)), pg_(pg), world_(pg.runtime().world_size), opts_(std::move(opts)) {
+  if (scatters() && opts_.extra_scalars > 0)
+    throw std::logic_error("BucketReducer: extra scalars ride on all-reduce buckets only");
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> state;
   for (auto& p : module_->parameters()) state.push_back(p);
@@ -79,14 +87,15 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
     }
     const auto& first = slots_[g.front()].param;
     const bool last = &g == &groups.back();
-    if (last && opts_.pending_signal && !opts_.shard_gradients) vote_offset_ = offset;
-    // Sharded, the buffer is padded with zeros to a multiple of the world size so that every rank
-    // gets an equal slice; the padding's gradient stays 0.
-    const int64_t length = opts_.shard_gradients ? (offset + world_ - 1) / world_ * world_
-                                                 : offset + (vote_offset_ >= 0 && last ? 2 : 0);
+    if (last && opts_.extra_scalars > 0) extras_offset_ = offset;
+    // Scattered, the buffer is padded with zeros to a multiple of the world size so that every
+    // rank gets an equal slice; the padding's gradient stays 0.
+    const int64_t length = scatters()
+                               ? (offset + world_ - 1) / world_ * world_
+                               : offset + (last ? static_cast<int64_t>(opts_.extra_scalars) : 0);
     const auto wire = first.options().dtype(wireType(opts_.compression, first.scalar_type()));
     b.buffer = torch::zeros({length}, wire);
-    if (opts_.shard_gradients) b.shard = torch::zeros({length / world_}, wire);
+    if (scatters()) b.shard = torch::zeros({length / world_}, wire);
     b.slots = g;
     buckets_.push_back(std::move(b));
   }
@@ -96,15 +105,15 @@ DistributedDataParallel::DistributedDataParallel(std::shared_ptr<torch::nn::Modu
                                                    std::make_unique<GradReadyHook>(this, s));
 }
 
-DistributedDataParallel::~DistributedDataParallel() {
+BucketReducer::~BucketReducer() {
   for (auto& s : slots_) torch::autograd::impl::set_post_acc_grad_hooks(s.param, nullptr);
 }
 
-double DistributedDataParallel::now() const {
+double BucketReducer::now() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start_).count();
 }
 
-void DistributedDataParallel::broadcastCoalesced(const std::vector<torch::Tensor>& tensors) {
+void BucketReducer::broadcastCoalesced(const std::vector<torch::Tensor>& tensors) {
   // One broadcast per dtype and device (a pipeline's stages live on several): a flat copy out,
   // broadcast from rank 0, copied back in.
   // Keyed by numbers, so that every rank walks the groups in the same order (as strings,
@@ -118,7 +127,7 @@ void DistributedDataParallel::broadcastCoalesced(const std::vector<torch::Tensor
     std::vector<torch::Tensor> flat;
     for (auto& t : ts) flat.push_back(t.detach().reshape(-1));
     std::vector<at::Tensor> io{torch::cat(flat)};
-    pg_->broadcast(io)->wait(opts_.timeout);
+    pg_.wait(pg_.backend()->broadcast(io));
     int64_t off = 0;
     for (auto& t : ts) {
       t.detach().copy_(io[0].narrow(0, off, t.numel()).view_as(t));
@@ -127,29 +136,29 @@ void DistributedDataParallel::broadcastCoalesced(const std::vector<torch::Tensor
   }
 }
 
-void DistributedDataParallel::broadcastBuffers() {
+void BucketReducer::broadcastBuffers() {
   if (world_ < 2) return;
   torch::NoGradGuard no_grad;
   auto buffers = module_->buffers();
   if (!buffers.empty()) broadcastCoalesced(buffers);
 }
 
-void DistributedDataParallel::prepareBackward(bool sync) {
+void BucketReducer::prepareBackward(bool sync) {
   std::lock_guard<std::mutex> lk(mu_);
   armed_ = sync;
   if (!sync) return;
   std::fill(ready_.begin(), ready_.end(), 0);
   // Work left from a step that threw must finish before its buffers are written again.
   for (auto& b : buckets_) {
-    if (b.work && !b.work->isCompleted()) b.work->wait(opts_.timeout);
+    if (b.work && !b.work->isCompleted()) pg_.wait(b.work);
     b.pending = b.slots.size(), b.work.reset();
   }
   next_launch_ = 0;
-  stats_ = DdpStepStats{};
+  stats_ = ReducerStats{};
   step_start_ = std::chrono::steady_clock::now();
 }
 
-void DistributedDataParallel::markReady(size_t s) {
+void BucketReducer::markReady(size_t s) {
   std::lock_guard<std::mutex> lk(mu_);
   if (!armed_ || ready_[s]) return;
   ready_[s] = 1;
@@ -173,26 +182,28 @@ void DistributedDataParallel::markReady(size_t s) {
   if (--b.pending == 0) launchReady();
 }
 
-void DistributedDataParallel::launchReady() {
+void BucketReducer::launchReady() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& b = buckets_[next_launch_++];
-    if (vote_offset_ >= 0 && next_launch_ == buckets_.size()) {
-      const int sig = opts_.pending_signal();
-      b.buffer.narrow(0, vote_offset_, 2)
-          .copy_(torch::tensor({sig == SIGTERM ? 1.f : 0.f, sig == SIGINT ? 1.f : 0.f}));
+    if (extras_offset_ >= 0 && next_launch_ == buckets_.size()) {
+      std::vector<float> values(opts_.extra_scalars, 0.f);
+      if (fill_extras_) fill_extras_(values.data());
+      // fill_ rather than a copy from the host: on CUDA a kernel, no synchronisation.
+      for (size_t i = 0; i < values.size(); ++i)
+        b.buffer.narrow(0, extras_offset_ + static_cast<int64_t>(i), 1).fill_(values[i]);
     }
-    if (opts_.shard_gradients) {
-      b.work = pg_->_reduce_scatter_base(b.shard, b.buffer);
+    if (scatters()) {
+      b.work = pg_.backend()->_reduce_scatter_base(b.shard, b.buffer);
     } else {
       std::vector<at::Tensor> io{b.buffer};
-      b.work = pg_->allreduce(io);
+      b.work = pg_.backend()->allreduce(io);
     }
-    ++stats_.allreduce_calls;
+    ++stats_.collectives;
     if (stats_.first_launch_s < 0) stats_.first_launch_s = now();
   }
 }
 
-void DistributedDataParallel::finishBackward() {
+void BucketReducer::finishBackward() {
   std::unique_lock<std::mutex> lk(mu_);
   if (!armed_) return;
   stats_.backward_end_s = now();
@@ -227,14 +238,14 @@ void DistributedDataParallel::finishBackward() {
     used_any = torch::tensor(used, torch::kInt)
                    .to(buckets_.empty() ? torch::kCPU : buckets_[0].buffer.device());
     std::vector<at::Tensor> io{used_any};
-    used_work = pg_->allreduce(io);
+    used_work = pg_.backend()->allreduce(io);
   }
   for (auto& b : buckets_) {
     auto t0 = std::chrono::steady_clock::now();
-    b.work->wait(opts_.timeout);
+    pg_.wait(b.work);
     stats_.bucket_wait_s.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    if (opts_.shard_gradients) continue;  // the shard is the result; ZeroOptimizer reads it
+    if (scatters()) continue;  // the shard is the result, for the sharded optimizer
     for (size_t s : b.slots) {
       auto& p = slots_[s].param;
       auto reduced = b.buffer.narrow(0, slots_[s].offset, slots_[s].numel).view(p.sizes());
@@ -244,13 +255,11 @@ void DistributedDataParallel::finishBackward() {
         p.mutable_grad() = reduced.to(p.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
     }
   }
-  if (vote_offset_ >= 0) {
-    const auto votes =
-        buckets_.back().buffer.narrow(0, vote_offset_, 2).to(torch::kCPU, torch::kFloat);
-    stop_vote_ = votes[0].item<float>() > 0 ? SIGTERM : votes[1].item<float>() > 0 ? SIGINT : 0;
-  }
+  if (extras_offset_ >= 0)
+    extras_ =
+        buckets_.back().buffer.narrow(0, extras_offset_, static_cast<int64_t>(opts_.extra_scalars));
   if (used_work) {
-    used_work->wait(opts_.timeout);
+    pg_.wait(used_work);
     const auto counts_cpu = used_any.cpu();
     const auto counts = counts_cpu.accessor<int32_t, 1>();
     for (size_t s = 0; s < slots_.size(); ++s)
@@ -259,17 +268,17 @@ void DistributedDataParallel::finishBackward() {
   armed_ = false;
 }
 
-DistributedDataParallel::BucketView DistributedDataParallel::bucket(size_t i) const {
+BucketLayout BucketReducer::layout(size_t i) const {
   const Bucket& b = buckets_.at(i);
-  BucketView v;
+  BucketLayout v;
   for (size_t s : b.slots)
     v.params.push_back(slots_[s].param), v.offsets.push_back(slots_[s].offset);
   v.padded = b.buffer.numel();
-  v.shard_grad = b.shard;
+  v.shard = b.shard;
   return v;
 }
 
-std::vector<std::vector<std::string>> DistributedDataParallel::bucketParameterNames() const {
+std::vector<std::vector<std::string>> BucketReducer::bucketParameterNames() const {
   std::vector<std::vector<std::string>> out;
   for (const auto& b : buckets_) {
     out.emplace_back();
@@ -278,4 +287,4 @@ std::vector<std::vector<std::string>> DistributedDataParallel::bucketParameterNa
   return out;
 }
 
-}  // namespace ltrain::dist
+}  // namespace ltrain::distributed

@@ -1,4 +1,4 @@
-#include "ltrain/dist/runtime.h"
+#include "ltrain/distributed/runtime.h"
 
 #include <fmt/format.h>
 
@@ -6,7 +6,7 @@
 
 #include "ltrain/common/errors.h"
 
-namespace ltrain::dist {
+namespace ltrain::distributed {
 namespace {
 
 int64_t intVar(const GetEnv& env, const char* name) {
@@ -81,10 +81,31 @@ Runtime runtimeFromEnv(const GetEnv& env) {
         has(env, "OMPI_COMM_WORLD_LOCAL_RANK") ? intVar(env, "OMPI_COMM_WORLD_LOCAL_RANK") : 0;
     r.local_world_size =
         has(env, "OMPI_COMM_WORLD_LOCAL_SIZE") ? intVar(env, "OMPI_COMM_WORLD_LOCAL_SIZE") : 1;
+  } else if (has(env, "MV2_COMM_WORLD_RANK") && has(env, "MV2_COMM_WORLD_SIZE")) {
+    r.source = "mvapich";
+    r.rank = intVar(env, "MV2_COMM_WORLD_RANK");
+    r.world_size = intVar(env, "MV2_COMM_WORLD_SIZE");
+    r.local_rank =
+        has(env, "MV2_COMM_WORLD_LOCAL_RANK") ? intVar(env, "MV2_COMM_WORLD_LOCAL_RANK") : 0;
+    r.local_world_size =
+        has(env, "MV2_COMM_WORLD_LOCAL_SIZE") ? intVar(env, "MV2_COMM_WORLD_LOCAL_SIZE") : 1;
   } else if (has(env, "PMI_RANK") && has(env, "PMI_SIZE")) {
+    // MPICH's Hydra and Intel MPI: the node-local rank is MPI_LOCALRANKID (PMI_LOCAL_RANK under
+    // some process managers, PALS_LOCAL_RANKID on Cray's); without one, every rank would take
+    // GPU 0.
     r.source = "pmi";
     r.rank = intVar(env, "PMI_RANK");
     r.world_size = intVar(env, "PMI_SIZE");
+    for (const char* name : {"MPI_LOCALRANKID", "PMI_LOCAL_RANK", "PALS_LOCAL_RANKID"})
+      if (has(env, name)) {
+        r.local_rank = intVar(env, name);
+        break;
+      }
+    for (const char* name : {"MPI_LOCALNRANKS", "PMI_LOCAL_SIZE", "PALS_LOCAL_SIZE"})
+      if (has(env, name)) {
+        r.local_world_size = intVar(env, name);
+        break;
+      }
   }
   if (has(env, "MASTER_ADDR")) r.master_addr = env("MASTER_ADDR");
   if (has(env, "MASTER_PORT")) {
@@ -103,4 +124,4 @@ Runtime runtimeFromEnv() {
   return runtimeFromEnv([](const char* n) { return std::getenv(n); });
 }
 
-}  // namespace ltrain::dist
+}  // namespace ltrain::distributed

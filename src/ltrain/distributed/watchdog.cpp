@@ -1,10 +1,10 @@
-#include "ltrain/dist/watchdog.h"
+#include "ltrain/distributed/watchdog.h"
 
 #include <fmt/format.h>
 
 #include <sstream>
 
-namespace ltrain::dist {
+namespace ltrain::distributed {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -185,4 +185,4 @@ std::string Watchdog::diagnose(double waited_s) {
       rank_, waited_s, my_step + 1, timeout_.count() / 1000);
 }
 
-}  // namespace ltrain::dist
+}  // namespace ltrain::distributed

@@ -1,4 +1,4 @@
-#include "ltrain/dist/net.h"
+#include "ltrain/distributed/sockets.h"
 
 #include <arpa/inet.h>
 #include <fmt/format.h>
@@ -13,7 +13,7 @@
 
 #include "ltrain/common/errors.h"
 
-namespace ltrain::dist {
+namespace ltrain::distributed {
 namespace {
 
 // The first IPv4 or IPv6 address of `host` (numeric or a name).
@@ -107,4 +107,4 @@ std::string localAddressToward(const std::string& host, int port) {
   return numeric(reinterpret_cast<sockaddr*>(&ss), len);
 }
 
-}  // namespace ltrain::dist
+}  // namespace ltrain::distributed

@@ -1,0 +1,91 @@
+#include "ltrain/config/validate.h"
+
+#include <fmt/format.h>
+
+#include "ltrain/common/errors.h"
+
+namespace ltrain::config {
+
+DataKind dataKind(const std::string& dataset) {
+  if (dataset == "text") return DataKind::kTokens;
+  if (dataset == "csv") return DataKind::kFeatures;
+  return DataKind::kImages;
+}
+
+namespace {
+
+// The rule's error, prefixed with where `key` was set (the key a user would change).
+[[noreturn]] void refuse(const LoadedConfig& lc, const std::string& key, const std::string& why) {
+  throw UsageError(lc.where(key) + why);
+}
+
+// The key of the two that was set explicitly (the file line a reader is pointed at), `a` first.
+std::string setOne(const LoadedConfig& lc, const std::string& a, const std::string& b) {
+  return lc.explicitly_set.count(a) || !lc.explicitly_set.count(b) ? a : b;
+}
+
+void modelAgainstData(const LoadedConfig& lc) {
+  const ExperimentConfig& c = lc.cfg;
+  const DataKind kind = dataKind(c.data.dataset);
+  const bool language_model = c.model.name == "gpt";
+  if (kind == DataKind::kTokens && !language_model)
+    refuse(lc, setOne(lc, "model.name", "data.dataset"),
+           fmt::format("data.dataset text needs model.name: gpt, got '{}'", c.model.name));
+  if (language_model && kind != DataKind::kTokens)
+    refuse(lc, setOne(lc, "model.name", "data.dataset"),
+           fmt::format("model.name gpt needs token sequences (data.dataset: text), got "
+                       "data.dataset '{}'",
+                       c.data.dataset));
+  if ((c.model.name == "cnn" || c.model.name == "resnet") && kind == DataKind::kFeatures)
+    refuse(lc, setOne(lc, "model.name", "data.dataset"),
+           fmt::format("model {}: expected inputs [C, H, W] (images), got feature vectors [F] "
+                       "from data.dataset {}",
+                       c.model.name, c.data.dataset));
+  if (c.data.augment != Augment::kNone && kind != DataKind::kImages)
+    refuse(lc, "data.augment",
+           fmt::format("data.augment {} crops and flips images; data.dataset {} has none",
+                       toString(c.data.augment), c.data.dataset));
+  if (c.data.dataset == "mnist" && c.data.path.empty())
+    refuse(lc, "data.dataset",
+           "data.path must name the directory of the MNIST IDX files for dataset 'mnist'");
+}
+
+void modelShape(const LoadedConfig& lc) {
+  const ModelConfig& m = lc.cfg.model;
+  if (m.name == "gpt" && m.n_embd % m.n_head != 0)
+    refuse(lc, setOne(lc, "model.n_head", "model.n_embd"),
+           fmt::format("model.n_embd ({}) must be a multiple of model.n_head ({})", m.n_embd,
+                       m.n_head));
+}
+
+void distributedOptions(const LoadedConfig& lc) {
+  const ExperimentConfig& c = lc.cfg;
+  if (c.dist.strategy == Strategy::kDp && c.model.placement == Placement::kPipeline)
+    refuse(lc, "dist.strategy", "dist.strategy dp does not combine with model.placement pipeline");
+  if (c.dist.backend == Backend::kNccl && c.train.device == DeviceChoice::kCpu)
+    refuse(lc, "dist.backend",
+           "dist.backend nccl needs CUDA devices, but train.device is cpu; use gloo or auto");
+  if (c.dist.zero == 1) {
+    auto zero = [&](const std::string& key, const std::string& what) {
+      refuse(lc, key, fmt::format("dist.zero: 1 does not combine with {}", what));
+    };
+    if (c.train.precision == Precision::kFp16)
+      zero(setOne(lc, "train.precision", "dist.zero"),
+           "train.precision fp16 (its loss scaler checks whole gradients; use bf16)");
+    if (c.dist.grad_compression != Compression::kNone)
+      zero(setOne(lc, "dist.grad_compression", "dist.zero"),
+           "dist.grad_compression (slices are reduced in the parameters' dtype)");
+    if (c.dist.find_unused_parameters)
+      zero(setOne(lc, "dist.find_unused_parameters", "dist.zero"), "dist.find_unused_parameters");
+  }
+}
+
+}  // namespace
+
+void validate(const LoadedConfig& lc) {
+  modelAgainstData(lc);
+  modelShape(lc);
+  distributedOptions(lc);
+}
+
+}  // namespace ltrain::config

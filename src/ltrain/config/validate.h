@@ -1,0 +1,18 @@
+// Cross-option rules: combinations of otherwise valid values that cannot run together (a model
+// that cannot read the data, a strategy that cannot drive a placement, ...). Checked when the
+// config loads, so `ltrain config` reports each of them exactly as `ltrain train` does.
+#pragma once
+#include "ltrain/config/load.h"
+
+namespace ltrain::config {
+
+// Throws UsageError naming where the offending key was set ("file:line: ...").
+void validate(const LoadedConfig& lc);
+
+// The shape one example of `cfg.data` has, as far as the config alone says: [C, H, W] for image
+// datasets, [F] for tables (F unknown: 0), [T] for token sequences. Used for rules that pair
+// models with data.
+enum class DataKind { kImages, kFeatures, kTokens };
+DataKind dataKind(const std::string& dataset);
+
+}  // namespace ltrain::config

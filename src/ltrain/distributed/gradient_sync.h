@@ -1,0 +1,88 @@
+// GradientSync: how the replicas' gradients become one and the optimizer steps, behind one
+// interface that the training step calls in the same order whatever the strategy:
+//   beforeForward(last) for each micro-batch, then finishBackward(), findInf(), clipGradNorm(),
+//   optimizerStep(lr).
+// Implementations, one file each: ddp_sync.cpp (every rank keeps the whole model and optimizer;
+// gradients all-reduced in buckets during backward; one process: nothing to reduce) and
+// zero1_sync.cpp (ZeRO-1: gradients reduce-scattered, each rank steps its slice, parameters
+// all-gathered).
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ltrain/config/experiment_config.h"
+
+namespace ltrain::distributed {
+
+class ProcessGroup;
+
+struct SyncStats {
+  int64_t collectives = 0;  // gradient collectives issued in the last step
+  double wait_s = 0;        // time finishBackward waited for them
+};
+
+class GradientSync {
+ public:
+  using MakeOptimizer =
+      std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
+  virtual ~GradientSync() = default;
+
+  // Before each micro-batch's forward; `last`: its backward completes the step's gradients
+  // (earlier ones accumulate locally, as DDP's no_sync). The first one clears the gradients.
+  virtual void beforeForward(bool first, bool last) = 0;
+  // After the last micro-batch's backward: the gradients are averaged over ranks.
+  virtual void finishBackward() = 0;
+  // Multiplies the gradients by `unscale` (fp16's 1/scale; 1 otherwise) and returns a 1-element
+  // tensor that is 1 when any rank's gradients hold inf or nan, else 0: the same on every rank.
+  virtual torch::Tensor findInf(double unscale) = 0;
+  // The global L2 norm of the averaged gradients (collective where they are sharded).
+  virtual double gradNorm() = 0;
+  // Scales the gradients so that their global norm is at most `max_norm` (clip_grad_norm_).
+  virtual void clipGradNorm(double max_norm) = 0;
+  // Steps the optimizer at learning rate `lr`; afterwards every rank holds the same parameters.
+  virtual void optimizerStep(double lr) = 0;
+  // A skipped step: its gradients are dropped (zeroed, so that logs report them as 0).
+  virtual void discardGradients() = 0;
+
+  // Scalars summed over ranks by the step's last collective (no collective of their own): what
+  // they mean is the caller's. `fill` writes them just before that collective is issued;
+  // extras() holds the sums after optimizerStep (a tensor on the gradients' device).
+  virtual torch::Tensor extras() const = 0;
+
+  // Checkpoints hold the optimizer state whole, in a single process's form, so that a run
+  // resumes under any strategy and world size. Collective: every rank calls it; `write` runs on
+  // rank 0 with an optimizer over the whole model holding the whole state.
+  virtual void withWholeOptimizer(const std::function<void(torch::optim::Optimizer&)>& write) = 0;
+  // After every rank loaded the same checkpoint into `whole` (an optimizer over the whole model,
+  // its state on the CPU): each rank takes its part, next to its parameters.
+  virtual void loadWholeOptimizer(const torch::optim::Optimizer& whole) = 0;
+  // Bytes of optimizer state this rank holds.
+  virtual int64_t optimizerStateBytes() const = 0;
+
+  virtual SyncStats lastStep() const = 0;
+  // For the start-up line: "on gloo with 3 gradient buckets", "" for one process.
+  virtual std::string describe() const = 0;
+};
+
+struct SyncSetup {
+  std::shared_ptr<torch::nn::Module> model;
+  GradientSync::MakeOptimizer make_optimizer;
+  ProcessGroup* pg = nullptr;  // null: one process
+  config::DistConfig dist;
+  size_t extra_scalars = 0;
+  std::function<void(float*)> fill_extras;
+};
+
+// DDP's all-reduce, or ZeRO-1 (dist.zero: 1) with more than one process.
+std::unique_ptr<GradientSync> makeGradientSync(SyncSetup setup);
+
+// One file each; makeGradientSync picks.
+std::unique_ptr<GradientSync> makeDdpSync(SyncSetup setup);
+std::unique_ptr<GradientSync> makeZero1Sync(SyncSetup setup);
+
+}  // namespace ltrain::distributed

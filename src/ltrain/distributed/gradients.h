@@ -1,0 +1,27 @@
+// Arithmetic over a set of gradients that may sit on several devices (a pipeline's stages):
+// unscaling with the finiteness test, the global norm in double, scaling. One fused pass per
+// device where ATen has one.
+#pragma once
+#include <torch/types.h>
+
+#include <vector>
+
+namespace ltrain::distributed {
+
+// The sum of the squares of `g`'s elements, accumulated in double without a double copy of `g`:
+// clipping sums these over whole gradients or ZeRO slices, and in double both give the same
+// clip factor.
+torch::Tensor sumOfSquares(const torch::Tensor& g);
+
+// Multiplies every tensor by `factor` and returns a 1-element float tensor on the first
+// tensor's device that is 1 when any element is inf or nan (torch.amp's found_inf), else 0.
+torch::Tensor unscaleAndFindInf(const std::vector<torch::Tensor>& grads, double factor);
+
+// sqrt of the summed squares of all `grads`, as a double on the host.
+double globalNorm(const std::vector<torch::Tensor>& grads);
+
+// torch::nn::utils::clip_grad_norm_: scales by max_norm / (norm + 1e-6) when that is below 1.
+// `norm` is the global norm (over every rank's slices, for sharded gradients).
+void clipToNorm(const std::vector<torch::Tensor>& grads, double norm, double max_norm);
+
+}  // namespace ltrain::distributed

@@ -1,0 +1,256 @@
+// GradientSync for ZeRO stage 1 (dist.zero: 1): the optimizer state is sharded across ranks.
+// The bucket reducer reduce-scatters each bucket, so each rank receives the averaged gradients of
+// its 1/world slice; it updates that slice of the flattened parameters with its own optimizer,
+// and an all-gather gives every rank all updated parameters. Per element this is the same
+// arithmetic as plain DDP, so the weights agree to rounding; the optimizer state per rank is
+// about 1/world of it.
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "ltrain/distributed/bucket_reducer.h"
+#include "ltrain/distributed/gradient_sync.h"
+#include "ltrain/distributed/gradients.h"
+#include "ltrain/distributed/optimizer_state.h"
+#include "ltrain/distributed/process_group.h"
+
+namespace ltrain::distributed {
+namespace {
+
+class Zero1Sync final : public GradientSync {
+ public:
+  explicit Zero1Sync(SyncSetup s)
+      : model_(std::move(s.model)),
+        pg_(*s.pg),
+        rank_(pg_.runtime().rank),
+        world_(pg_.runtime().world_size),
+        make_optimizer_(std::move(s.make_optimizer)),
+        extra_count_(s.extra_scalars),
+        fill_extras_(std::move(s.fill_extras)) {
+    ReducerOptions o;
+    o.bucket_cap_mb = s.dist.bucket_cap_mb;
+    o.collective = ReducerOptions::Collective::kReduceScatter;
+    reducer_ = std::make_unique<BucketReducer>(model_, pg_, o);
+    has_buffers_ = !model_->buffers().empty();
+    torch::NoGradGuard no_grad;
+    std::vector<torch::Tensor> slices;
+    for (size_t b = 0; b < reducer_->bucketCount(); ++b) {
+      Shard sh{reducer_->layout(b), {}};
+      const auto& first = sh.bucket.params.front();
+      if (sh.bucket.shard.scalar_type() != first.scalar_type())
+        throw std::logic_error("ZeRO-1 gradients must travel in the parameters' dtype");
+      sh.param = flatSlice(sh, sh.bucket.params).set_requires_grad(true);
+      // The optimizer reads the reduce-scatter's output in place: no copy per step.
+      sh.param.mutable_grad() = sh.bucket.shard;
+      slices.push_back(sh.param);
+      shards_.push_back(std::move(sh));
+    }
+    opt_ = make_optimizer_(slices);
+  }
+
+  void beforeForward(bool first, bool last) override {
+    if (first)
+      for (auto& p : model_->parameters()) p.mutable_grad().reset();
+    reducer_->prepareBackward(last);
+    if (has_buffers_) reducer_->broadcastBuffers();
+  }
+
+  void finishBackward() override { reducer_->finishBackward(); }
+
+  torch::Tensor findInf(double unscale) override {
+    auto found = unscaleAndFindInf(shardGradients(), unscale);
+    std::vector<at::Tensor> io{found};
+    pg_.wait(pg_.backend()->allreduce(io));  // a rank's inf is every rank's
+    return io[0].clamp_max(1.0);
+  }
+
+  double gradNorm() override {
+    torch::NoGradGuard no_grad;
+    auto sum = torch::zeros({1}, shards_.front().param.options().dtype(torch::kDouble));
+    for (const auto& s : shards_) sum += sumOfSquares(s.bucket.shard).to(sum.device());
+    std::vector<at::Tensor> io{sum};
+    pg_.wait(pg_.backend()->allreduce(io));
+    return std::sqrt(io[0].item<double>());
+  }
+
+  void clipGradNorm(double max_norm) override {
+    clipToNorm(shardGradients(), gradNorm(), max_norm);
+  }
+
+  void optimizerStep(double lr) override {
+    for (auto& group : opt_->param_groups()) group.options().set_lr(lr);
+    opt_->step();
+    allGatherParameters();
+  }
+
+  void discardGradients() override {
+    torch::NoGradGuard no_grad;
+    for (auto& s : shards_) s.bucket.shard.zero_();
+    // The step's extras still reach every rank: a skipped step gathers nothing else.
+    allGatherParameters();
+  }
+
+  torch::Tensor extras() const override { return extras_; }
+
+  void withWholeOptimizer(const std::function<void(torch::optim::Optimizer&)>& write) override {
+    auto whole = make_optimizer_(model_->parameters());
+    gatherStateInto(*whole);
+    if (rank_ == 0) write(*whole);
+  }
+
+  void loadWholeOptimizer(const torch::optim::Optimizer& whole) override;
+
+  int64_t optimizerStateBytes() const override { return distributed::optimizerStateBytes(*opt_); }
+
+  SyncStats lastStep() const override {
+    SyncStats s;
+    s.collectives = reducer_->lastStep().collectives;
+    for (double w : reducer_->lastStep().bucket_wait_s) s.wait_s += w;
+    return s;
+  }
+
+  std::string describe() const override {
+    return fmt::format("on {} with {} gradient buckets, ZeRO-1", pg_.backendName(),
+                       reducer_->bucketCount());
+  }
+
+ private:
+  struct Shard {
+    BucketLayout bucket;
+    torch::Tensor param;  // this rank's slice of the flattened bucket, updated by opt_
+  };
+
+  std::vector<torch::Tensor> shardGradients() const {
+    std::vector<torch::Tensor> out;
+    for (const auto& s : shards_) out.push_back(s.bucket.shard);
+    return out;
+  }
+
+  // This rank's slice of the flattened, zero-padded concatenation of `per_param` (one tensor per
+  // parameter of the bucket, each of that parameter's size), on the bucket's device.
+  torch::Tensor flatSlice(const Shard& s, const std::vector<torch::Tensor>& per_param) const {
+    const auto& first = s.bucket.params.front();
+    auto flat = torch::zeros({s.bucket.padded}, first.options());
+    for (size_t i = 0; i < per_param.size(); ++i)
+      flat.narrow(0, s.bucket.offsets[i], per_param[i].numel()).copy_(per_param[i].reshape(-1));
+    const int64_t n = s.bucket.padded / world_;
+    return flat.narrow(0, rank_ * n, n).clone();
+  }
+
+  void allGatherParameters();
+  void gatherStateInto(torch::optim::Optimizer& whole);
+
+  std::shared_ptr<torch::nn::Module> model_;
+  ProcessGroup& pg_;
+  int64_t rank_, world_;
+  GradientSync::MakeOptimizer make_optimizer_;
+  size_t extra_count_;
+  std::function<void(float*)> fill_extras_;
+  std::unique_ptr<BucketReducer> reducer_;
+  std::vector<Shard> shards_;
+  std::unique_ptr<torch::optim::Optimizer> opt_;
+  torch::Tensor extras_;
+  bool has_buffers_ = false;
+};
+
+// Every bucket's all-gather is started before any is waited on; the extras ride on the last one
+// (each rank's row carries its values, summed over the rows afterwards).
+void Zero1Sync::allGatherParameters() {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> gathered;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  for (size_t b = 0; b < shards_.size(); ++b) {
+    auto in = shards_[b].param.detach();
+    if (b + 1 == shards_.size() && extra_count_ > 0) {
+      std::vector<float> v(extra_count_, 0.f);
+      if (fill_extras_) fill_extras_(v.data());
+      auto extra = torch::empty({static_cast<int64_t>(v.size())}, in.options());
+      for (size_t i = 0; i < v.size(); ++i) extra[static_cast<int64_t>(i)].fill_(v[i]);
+      in = torch::cat({in, extra});
+    }
+    gathered.push_back(torch::empty({world_ * in.numel()}, in.options()));
+    works.push_back(pg_.backend()->_allgather_base(gathered.back(), in));
+  }
+  for (size_t b = 0; b < shards_.size(); ++b) {
+    pg_.wait(works[b]);
+    const auto& s = shards_[b];
+    const int64_t n = s.bucket.padded / world_;
+    auto rows = gathered[b].view({world_, -1});
+    if (rows.size(1) > n) extras_ = rows.narrow(1, n, static_cast<int64_t>(extra_count_)).sum(0);
+    auto flat = rows.narrow(1, 0, n).reshape(-1);
+    for (size_t i = 0; i < s.bucket.params.size(); ++i) {
+      auto& p = s.bucket.params[i];
+      p.copy_(flat.narrow(0, s.bucket.offsets[i], p.numel()).view_as(p));
+    }
+  }
+}
+
+// Gathered on rank 0 only, shard by shard into host memory: no rank ever holds more than one
+// bucket's worth of the whole state on its device.
+void Zero1Sync::gatherStateInto(torch::optim::Optimizer& whole) {
+  torch::NoGradGuard no_grad;
+  for (const auto& s : shards_) {
+    ParamState st;
+    if (!readParamState(*opt_, s.param, st)) continue;  // no step yet: the same on every rank
+    std::vector<torch::Tensor> joined;
+    for (const auto& [name, t] : st.tensors) {
+      std::vector<at::Tensor> in{t.contiguous()};
+      std::vector<std::vector<at::Tensor>> out;
+      if (rank_ == 0) {
+        out.emplace_back();
+        for (int64_t r = 0; r < world_; ++r) out[0].push_back(torch::empty_like(in[0]));
+      }
+      c10d::GatherOptions opts;
+      opts.rootRank = 0;
+      pg_.wait(pg_.backend()->gather(out, in, opts));
+      if (rank_ == 0) joined.push_back(torch::cat(out[0]).to(torch::kCPU));
+    }
+    if (rank_ != 0) continue;
+    for (size_t i = 0; i < s.bucket.params.size(); ++i) {
+      const auto& p = s.bucket.params[i];
+      ParamState ps;
+      ps.step = st.step;
+      for (size_t k = 0; k < joined.size(); ++k)
+        ps.tensors.emplace_back(
+            st.tensors[k].first,
+            joined[k].narrow(0, s.bucket.offsets[i], p.numel()).view(p.sizes()).clone());
+      writeParamState(whole, p, ps);
+    }
+  }
+}
+
+void Zero1Sync::loadWholeOptimizer(const torch::optim::Optimizer& whole) {
+  torch::NoGradGuard no_grad;
+  for (const auto& s : shards_) {
+    const size_t n = s.bucket.params.size();
+    std::vector<ParamState> per_param(n);
+    std::vector<char> has(n, 0);
+    int first = -1;
+    for (size_t i = 0; i < n; ++i) {
+      has[i] = readParamState(whole, s.bucket.params[i], per_param[i]);
+      if (has[i] && first < 0) first = static_cast<int>(i);
+    }
+    if (first < 0) continue;
+    // A parameter without state (one no rank ever used, in a run with
+    // dist.find_unused_parameters) starts from zero moments, like the rest of its slice.
+    const ParamState& like = per_param[first];
+    ParamState st;
+    st.step = like.step;
+    for (size_t k = 0; k < like.tensors.size(); ++k) {
+      std::vector<torch::Tensor> tensors;
+      for (size_t i = 0; i < n; ++i)
+        tensors.push_back(has[i] && k < per_param[i].tensors.size()
+                              ? per_param[i].tensors[k].second
+                              : torch::zeros_like(s.bucket.params[i]));
+      st.tensors.emplace_back(like.tensors[k].first, flatSlice(s, tensors));
+    }
+    writeParamState(*opt_, s.param, st);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<GradientSync> makeZero1Sync(SyncSetup setup) {
+  return std::make_unique<Zero1Sync>(std::move(setup));
+}
+
+}  // namespace ltrain::distributed

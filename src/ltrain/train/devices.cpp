@@ -1,0 +1,71 @@
+#include "ltrain/train/devices.h"
+
+#include <ATen/DeviceAccelerator.h>
+#include <fmt/format.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+
+#include "ltrain/common/errors.h"
+#include "ltrain/train/data_parallel.h"
+
+namespace ltrain::train {
+namespace {
+
+bool useCuda(config::DeviceChoice choice) {
+  const bool available = torch::cuda::is_available();
+  if (choice == config::DeviceChoice::kCuda && !available)
+    throw UsageError(
+        "train.device cuda: no CUDA device is visible here (check the driver and "
+        "CUDA_VISIBLE_DEVICES), or set train.device cpu");
+  return choice != config::DeviceChoice::kCpu && available;
+}
+
+}  // namespace
+
+Devices chooseDevices(const config::ExperimentConfig& cfg, const distributed::Runtime& rt) {
+  Devices d;
+  const bool cuda = useCuda(cfg.train.device);
+  const int64_t visible = cuda ? static_cast<int64_t>(torch::cuda::device_count()) : 0;
+  if (cfg.dist.strategy == config::Strategy::kDp) {
+    for (int64_t i = 0; i < visible; ++i)
+      d.replicas.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(i));
+    if (d.replicas.empty()) d.replicas.emplace_back(torch::kCPU);
+    d.main = d.replicas.front();
+    return d;
+  }
+  const int64_t n =
+      cfg.model.placement == config::Placement::kPipeline ? cfg.model.pipeline_stages : 1;
+  if (!cuda) {
+    d.stages.assign(n, torch::kCPU);
+    return d;
+  }
+  if ((rt.local_rank + 1) * n > visible)
+    throw UsageError(fmt::format(
+        "local rank {} needs cuda:{}..{} for its {} pipeline stage(s), but {} GPU(s) are visible; "
+        "run {} process(es) per node, or set train.device cpu",
+        rt.local_rank, rt.local_rank * n, (rt.local_rank + 1) * n - 1, n, visible,
+        std::max<int64_t>(1, visible / n)));
+  for (int64_t s = 0; s < n; ++s)
+    d.stages.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(rt.local_rank * n + s));
+  d.main = d.stages.front();
+  return d;
+}
+
+void bindDevice(torch::Device d) {
+  if (d.is_cuda()) at::accelerator::setDeviceIndex(d.index());
+}
+
+void placeModel(models::Classifier& model, const config::ModelConfig& m, const Devices& d) {
+  if (m.placement == config::Placement::kPipeline)
+    model->placePipeline(d.stages, m.micro_batches);
+  else
+    model->to(d.main);
+}
+
+torch::Tensor forward(models::Classifier& model, const torch::Tensor& x, const Devices& d) {
+  if (d.replicas.size() > 1) return dataParallelForward(model, x, d.replicas);
+  return model->forward(x);
+}
+
+}  // namespace ltrain::train

@@ -1,0 +1,80 @@
+#include "ltrain/train/evaluate.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <numeric>
+
+#include "ltrain/common/errors.h"
+#include "ltrain/data/loader.h"
+#include "ltrain/io/safetensors.h"
+#include "ltrain/train/checkpoint.h"
+#include "ltrain/train/loss.h"
+#include "ltrain/train/precision.h"
+
+namespace ltrain::train {
+
+const char* heldOutName(const data::Dataset& ds) {
+  return ds.tokens ? "val" : "test";
+}
+
+// Each rank evaluates a contiguous shard of the split (no padding, so nothing counts twice); the
+// sums are reduced over ranks.
+EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t batch_size,
+                    config::Precision precision, const Devices& devices,
+                    distributed::ProcessGroup* pg) {
+  torch::NoGradGuard no_grad;
+  model->eval();
+  const auto& rt = pg ? pg->runtime() : distributed::Runtime{};
+  const int64_t begin = ds.size() * rt.rank / rt.world_size;
+  const int64_t end = ds.size() * (rt.rank + 1) / rt.world_size;
+  std::vector<int64_t> order(end - begin);
+  std::iota(order.begin(), order.end(), begin);
+  data::Loader loader(ds, std::move(order), batch_size, false, 0, 1);
+  // Summed on the device and read once at the end: no host synchronisation per batch.
+  auto sums = torch::zeros({2}, torch::TensorOptions().dtype(torch::kDouble).device(devices.main));
+  data::Batch b;
+  while (loader.next(b)) {
+    AutocastScope autocast(precision, devices.main.type());
+    auto x = b.inputs.to(devices.main), y = b.targets.to(devices.main);
+    auto out = forward(model, x, devices).to(torch::kFloat);
+    const auto yt = y.to(out.device());
+    sums[0] += crossEntropy(out, yt, torch::kSum).to(sums.device(), torch::kDouble);
+    sums[1] += out.argmax(-1).eq(yt).sum().to(sums.device(), torch::kDouble);
+  }
+  model->train();
+  std::vector<double> host{sums[0].item<double>(), sums[1].item<double>()};
+  if (pg) host = pg->allreduceSum(host);
+  const auto n = static_cast<double>(ds.targets.numel());  // examples, or tokens
+  return {host[0] / n, host[1] / n};
+}
+
+EvalSummary evaluateWeights(const config::LoadedConfig& lc, const std::string& weights) {
+  const auto& cfg = lc.cfg;
+  if (cfg.train.threads > 0) at::set_num_threads(static_cast<int>(cfg.train.threads));
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(weights, ec))
+    throw UsageError(
+        std::filesystem::is_directory(weights, ec)
+            ? fmt::format("--checkpoint '{}' is a directory, expected a .pt or .safetensors file",
+                          weights)
+            : fmt::format("--checkpoint '{}' not found", weights));
+  auto splits = data::loadDataset(cfg.data, static_cast<uint64_t>(cfg.seed), cfg.model.block_size);
+  torch::manual_seed(static_cast<uint64_t>(cfg.seed));
+  auto model = models::build(cfg.model, splits.train.exampleShape(), splits.train.num_classes);
+  const bool safetensors =
+      weights.size() > 12 && weights.substr(weights.size() - 12) == ".safetensors";
+  if (safetensors)
+    io::loadModuleState(*model, weights);
+  else
+    loadCheckpointModel(weights, *model);  // read onto the CPU, whatever device saved it
+  const Devices devices = chooseDevices(cfg, distributed::Runtime{});
+  bindDevice(devices.main);
+  placeModel(model, cfg.model, devices);
+  auto r =
+      evaluate(model, splits.test, cfg.data.eval_batch_size, cfg.train.precision, devices, nullptr);
+  return {r.accuracy, r.loss, splits.test.size(), splits.test.tokens};
+}
+
+}  // namespace ltrain::train

@@ -1,0 +1,40 @@
+#include "ltrain/train/faults.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+
+namespace ltrain::train {
+
+Faults::Faults(const distributed::Runtime& rt) : my_rank_(rt.rank), armed_(rt.restart_count == 0) {
+  const char* names[kKinds] = {"KILL", "NAN", "SIGNAL", "HANG", "STOP"};
+  for (int k = 0; k < kKinds; ++k) {
+    step_[k] = -1, rank_[k] = 0;
+    const char* spec = std::getenv(fmt::format("LTRAIN_FAULT_{}_AT_STEP", names[k]).c_str());
+    if (!spec) continue;
+    step_[k] = std::atoll(spec);
+    if (const char* colon = std::strchr(spec, ':')) rank_[k] = std::atoll(colon + 1);
+  }
+}
+
+bool Faults::at(Kind k, int64_t step) const {
+  return armed_ && step_[k] == step && rank_[k] == my_rank_;
+}
+
+void Faults::duringStep(int64_t step, torch::Tensor& loss) const {
+  if (at(kNan, step)) loss = loss * std::nan("");
+  if (at(kStop, step)) std::raise(SIGSTOP);
+  if (at(kHang, step))
+    for (volatile bool spin = true; spin;) {
+    }
+}
+
+void Faults::afterStep(int64_t step) const {
+  if (at(kKill, step)) std::raise(SIGKILL);
+  if (at(kSignal, step)) std::raise(SIGTERM);
+}
+
+}  // namespace ltrain::train

@@ -1,0 +1,30 @@
+// Failure injection for the failure tests, each LTRAIN_FAULT_<WHAT>_AT_STEP=STEP[:RANK] (rank 0
+// by default) and on the first attempt only (a restarted job runs through): KILL sends SIGKILL to
+// itself after that step, SIGNAL sends itself SIGTERM after it, NAN makes that step's loss nan,
+// HANG spins in that step's forward pass and STOP sends itself SIGSTOP there.
+#pragma once
+#include <torch/types.h>
+
+#include <cstdint>
+
+#include "ltrain/distributed/runtime.h"
+
+namespace ltrain::train {
+
+class Faults {
+ public:
+  explicit Faults(const distributed::Runtime& rt);  // reads the environment once
+  // During step `step` (1-based), after its loss: NAN, STOP, HANG.
+  void duringStep(int64_t step, torch::Tensor& loss) const;
+  // After step `step`: KILL, SIGNAL.
+  void afterStep(int64_t step) const;
+
+ private:
+  enum Kind { kKill, kNan, kSignal, kHang, kStop, kKinds };
+  bool at(Kind k, int64_t step) const;
+  int64_t step_[kKinds], rank_[kKinds];
+  int64_t my_rank_;
+  bool armed_;
+};
+
+}  // namespace ltrain::train

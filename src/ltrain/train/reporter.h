@@ -1,0 +1,72 @@
+// What a run tells people and tools, from rank 0: one call per event, fanned out to the log
+// lines or the live progress bar, metrics.jsonl, TensorBoard and summary.json. Other ranks hold
+// a Reporter that says nothing.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "ltrain/io/tensorboard.h"
+#include "ltrain/train/metrics.h"
+#include "ltrain/train/progress.h"
+
+namespace ltrain::train {
+
+// One logging window of training steps, averaged over ranks.
+struct TrainReport {
+  int64_t step = 0, epoch = 0, epochs = 0, total_steps = 0;
+  double loss = 0, lr = 0, samples_per_s = 0, grad_norm = 0;
+  double data_wait_ms_per_step = 0, data_wait_share = 0;
+  int64_t skipped_steps = 0;
+  int64_t tokens_per_sample = 1;               // language models: the block length
+  std::optional<double> loss_scale;            // fp16
+  std::optional<double> collectives_per_step;  // several processes
+  std::optional<double> comm_wait_ms_per_step;
+};
+
+struct EvalReport {
+  int64_t step = 0, epoch = 0;
+  std::string split;  // "test", or "val" for a language model
+  double loss = 0, accuracy = 0;
+  bool language_model = false;  // then also perplexity, exp(loss)
+};
+
+struct SummaryReport {
+  std::string status;  // completed | interrupted | failed | running
+  double test_accuracy = 0, test_loss = 0, train_loss = 0;
+  int64_t steps = 0, epochs = 0, world_size = 1, skipped_steps = 0;
+  double wall_s = 0, samples_per_s = 0;
+  std::optional<double> val_perplexity, first_step_wall_time, peak_rss_mb, optimizer_state_mb;
+  std::string error;
+};
+
+class Reporter {
+ public:
+  // `run_dir` empty: a silent reporter (ranks other than 0).
+  explicit Reporter(bool main_rank);
+  // Opens metrics.jsonl (dropping records after `resume_step`, all of them when starting from
+  // step 0) and the TensorBoard file of `run_dir`.
+  void open(const std::string& run_dir, int64_t resume_step, bool resumed);
+  bool active() const { return main_; }
+
+  void info(const std::string& line);
+  void warn(const std::string& line);
+  // Every step, for the live bar on a terminal.
+  void progress(int64_t epoch, int64_t epochs, int64_t step, int64_t total, double loss,
+                double samples_per_s, double eta_s);
+  void train(const TrainReport& r);
+  void evaluation(const EvalReport& r);
+  void summary(const SummaryReport& s);
+
+ private:
+  bool main_;
+  std::string run_dir_;
+  ProgressBar bar_;
+  MetricsLog metrics_;
+  std::unique_ptr<io::TensorBoardWriter> tensorboard_;
+};
+
+double wallTime();  // seconds since the Unix epoch
+
+}  // namespace ltrain::train

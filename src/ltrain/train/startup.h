@@ -1,0 +1,35 @@
+// The start-up protocol between ranks. Rank 0 alone decides about and prepares the run directory;
+// the others follow its decision, and a failure there reaches them at once rather than after
+// dist.timeout_s. Rank 0 chooses the checkpoint to resume from (past corrupt ones), and every rank
+// loads that same one.
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <optional>
+
+#include "ltrain/config/load.h"
+#include "ltrain/distributed/process_group.h"
+#include "ltrain/train/checkpoint.h"
+#include "ltrain/train/reporter.h"
+#include "ltrain/train/run_dir.h"
+
+namespace ltrain::train {
+
+struct TrainRequest {
+  std::string output_dir;  // --output-dir; empty: <output_dir>/<name>
+  bool overwrite = false;
+};
+
+// UsageError on every rank when rank 0 cannot prepare it.
+RunDir agreeOnRunDir(const config::LoadedConfig& lc, const TrainRequest& req,
+                     const distributed::Runtime& rt, distributed::ProcessGroup* pg);
+
+// Loads the chosen checkpoint into `model` and `whole` (an optimizer over the whole model), on
+// the CPU; `device` is the run's device, whose RNG state is restored too. nullopt: a fresh start.
+std::optional<LoopState> resumeIfAny(RunDir& run, torch::nn::Module& model,
+                                     torch::optim::Optimizer& whole, torch::Device device,
+                                     const distributed::Runtime& rt, distributed::ProcessGroup* pg,
+                                     Reporter& reporter);
+
+}  // namespace ltrain::train

@@ -1,0 +1,57 @@
+// One optimizer step, read top to bottom in TrainStep::run: for each micro-batch forward, loss,
+// backward (the last one's gradients reduced across ranks while backward runs); then the
+// finiteness decision, clipping, and the optimizer step at the schedule's learning rate. Which
+// strategy keeps the replicas in step is GradientSync's business, not the step's.
+#pragma once
+#include <torch/types.h>
+
+#include <cstdint>
+
+#include "ltrain/config/experiment_config.h"
+#include "ltrain/data/loader.h"
+#include "ltrain/distributed/gradient_sync.h"
+#include "ltrain/models/model.h"
+#include "ltrain/train/devices.h"
+#include "ltrain/train/faults.h"
+#include "ltrain/train/grad_scaler.h"
+
+namespace ltrain::train {
+
+// Where the step stands, for its messages: the optimizer steps done before it, the epoch and the
+// micro-batches of the epoch already consumed.
+struct StepPosition {
+  int64_t step = 0, epoch = 0, batch_in_epoch = 0, rank = 0;
+};
+
+struct StepResult {
+  torch::Tensor loss;    // this rank's mean loss over the micro-batches, on the device
+  bool skipped = false;  // inf or nan gradients on some rank: every rank skips this step
+  int64_t samples = 0;   // examples this rank consumed
+  double data_wait_s = 0;
+};
+
+class TrainStep {
+ public:
+  TrainStep(const config::ExperimentConfig& cfg, models::Classifier& model, const Devices& devices,
+            distributed::GradientSync& sync, GradScaler& scaler, const Faults& faults);
+
+  // Consumes the next `micro_batches` batches of `loader` and updates the model at rate `lr`.
+  // std::runtime_error for inf/nan gradients under train.nonfinite stop.
+  StepResult run(data::Loader& loader, const StepPosition& at, int64_t micro_batches, double lr);
+
+ private:
+  data::Batch nextBatch(data::Loader& loader, StepResult& r);
+  torch::Tensor forwardLoss(const data::Batch& b);
+  void backward(const torch::Tensor& loss, int64_t micro_batches);
+  bool gradientsFinite();
+  StepResult skip(StepResult r, const StepPosition& at, int64_t micro_batches);
+
+  const config::ExperimentConfig& cfg_;
+  models::Classifier& model_;
+  const Devices& devices_;
+  distributed::GradientSync& sync_;
+  GradScaler& scaler_;
+  const Faults& faults_;
+};
+
+}  // namespace ltrain::train
