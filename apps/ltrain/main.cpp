@@ -23,6 +23,7 @@
 #include "ltrain/sweep/sweep.h"
 
 #include "ltrain/train/evaluate.h"
+#include "ltrain/train/preflight.h"
 #include "ltrain/train/run_dir.h"
 #include "ltrain/train/trainer.h"
 
@@ -53,6 +54,7 @@ std::string selfExe() {
 // directory once the data and model have loaded, so a bad input never costs the old run.
 int trainLaunched(const Args& a) {
   auto lc = ltrain::config::loadConfig(a.config, a.overrides);
+  ltrain::train::preflight(lc);
   auto rd = ltrain::train::prepareRunDir(lc, a.output_dir, a.overwrite, /*create=*/false);
   ltrain::launch::LaunchOptions lo = a.launch;
   lo.nproc_per_node = a.nproc;
@@ -124,6 +126,7 @@ int cmdConfig(const Args& a) {
   if (a.config.empty())
     throw ltrain::UsageError("config: expected a CONFIG.yaml argument (or --reference)");
   auto lc = ltrain::config::loadConfig(a.config, a.overrides);
+  ltrain::train::preflight(lc);
   std::cout << (a.explain ? ltrain::config::toYamlExplained(lc) : ltrain::config::toYaml(lc.cfg));
   return 0;
 }

@@ -22,6 +22,7 @@
 #include "ltrain/train/faults.h"
 #include "ltrain/train/grad_scaler.h"
 #include "ltrain/train/optimizer.h"
+#include "ltrain/train/preflight.h"
 #include "ltrain/train/reporter.h"
 #include "ltrain/train/schedule.h"
 #include "ltrain/train/step.h"
@@ -106,6 +107,7 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
         "dist.strategy dp is one process driving every local GPU, but {} processes were "
         "started; drop --nproc-per-node, or use dist.strategy ddp",
         rt_.world_size));
+  preflight(lc);
   devices_ = chooseDevices(cfg_, rt_);
   bindDevice(devices_.main);
   distributed::chooseBackend(cfg_.dist.backend, devices_.main);  // fails now if it cannot serve
