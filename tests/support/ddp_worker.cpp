@@ -58,7 +58,7 @@ int main(int argc, char** argv) {
   o.find_unused_parameters = mode == "unused";
   o.compression =
       mode == "bf16" ? ltrain::config::Compression::kBf16 : ltrain::config::Compression::kNone;
-  ltrain::distributed::BucketReducer ddp(net.ptr(), *comm, o);
+  ltrain::distributed::BucketReducer ddp(ltrain::distributed::ReducedTensors::of(*net), *comm, o);
 
   // Parameters must now be rank 0's everywhere.
   double psum = 0;

@@ -8,10 +8,9 @@
 namespace {
 // What the training step does with the scaler: unscale and test, then update the scale.
 bool unscaleAndUpdate(ltrain::train::GradScaler& s, torch::Tensor& p) {
-  const bool finite =
-      ltrain::distributed::unscaleAndFindInf({p.grad()}, 1.0 / s.scale()).item<float>() == 0.f;
-  s.update(finite);
-  return finite;
+  auto found = ltrain::distributed::unscaleAndFindInf({p.grad()}, s.inverse());
+  s.update(found);
+  return found.item<float>() == 0.f;
 }
 }  // namespace
 
@@ -21,9 +20,11 @@ TEST_CASE("the scaler unscales, skips steps with inf or nan and adapts its scale
   p.mutable_grad() = torch::tensor({2048.0f, 1024.0f});
   CHECK(unscaleAndUpdate(s, p));
   CHECK(torch::allclose(p.grad(), torch::tensor({2.0f, 1.0f})));
+  CHECK(s.growthTracker() == 1);
   p.mutable_grad() = torch::tensor({1.0f, std::numeric_limits<float>::infinity()});
   CHECK(!unscaleAndUpdate(s, p));
   CHECK(s.scale() == 512.0);
+  CHECK(s.growthTracker() == 0);
   p.mutable_grad() = torch::tensor({std::nanf(""), 0.f});
   CHECK(!unscaleAndUpdate(s, p));
   CHECK(s.scale() == 256.0);
@@ -33,4 +34,7 @@ TEST_CASE("the scaler unscales, skips steps with inf or nan and adapts its scale
   }
   CHECK(s.scale() == 512.0);  // three good steps in a row double it
   CHECK(s.growthTracker() == 0);
+  s.restore(128.0, 2);
+  CHECK(s.scale() == 128.0);
+  CHECK(s.growthTracker() == 2);
 }

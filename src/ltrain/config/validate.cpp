@@ -77,6 +77,9 @@ void distributedOptions(const LoadedConfig& lc) {
            "dist.grad_compression (slices are reduced in the parameters' dtype)");
     if (c.dist.find_unused_parameters)
       zero(setOne(lc, "dist.find_unused_parameters", "dist.zero"), "dist.find_unused_parameters");
+    if (c.model.placement == Placement::kPipeline)
+      zero(setOne(lc, "model.placement", "dist.zero"),
+           "model.placement pipeline (a bucket's slices would span the stages' devices)");
   }
 }
 

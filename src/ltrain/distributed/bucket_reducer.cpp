@@ -35,25 +35,34 @@ torch::ScalarType wireType(config::Compression compression, torch::ScalarType pa
 }
 }  // namespace
 
-BucketReducer::BucketReducer(std::shared_ptr<torch::nn::Module> module, ProcessGroup& pg,
-                             ReducerOptions opts)
-    : module_(std::move(module)), pg_(pg), world_(pg.runtime().world_size), opts_(std::move(opts)) {
+ReducedTensors ReducedTensors::of(const torch::nn::Module& module) {
+  ReducedTensors t;
+  for (const auto& item : module.named_parameters())
+    t.params.emplace_back(item.key(), item.value());
+  t.buffers = module.buffers();
+  return t;
+}
+
+BucketReducer::BucketReducer(ReducedTensors tensors, ProcessGroup& pg, ReducerOptions opts)
+    : buffers_(std::move(tensors.buffers)),
+      pg_(pg),
+      world_(pg.runtime().world_size),
+      opts_(std::move(opts)) {
   if (scatters() && opts_.extra_scalars > 0)
     throw std::logic_error("BucketReducer: extra scalars ride on all-reduce buckets only");
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> state;
-  for (auto& p : module_->parameters()) state.push_back(p);
-  for (auto& b : module_->buffers()) state.push_back(b);
+  for (auto& [name, p] : tensors.params) state.push_back(p);
+  state.insert(state.end(), buffers_.begin(), buffers_.end());
   broadcastCoalesced(state);
 
   // Buckets: parameters in reverse registration order (roughly the order backward produces their
   // gradients), a bucket per (dtype, device) open at a time, closed when it reaches its limit.
-  auto named = module_->named_parameters();
   std::vector<std::pair<std::string, torch::Tensor>> params;
   std::set<const c10::TensorImpl*> seen;  // a tied weight appears under each of its names: keep one
-  for (const auto& item : named)
-    if (item.value().requires_grad() && seen.insert(item.value().unsafeGetTensorImpl()).second)
-      params.emplace_back(item.key(), item.value());
+  for (const auto& [name, p] : tensors.params)
+    if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second)
+      params.emplace_back(name, p);
   std::reverse(params.begin(), params.end());
   std::map<std::string, std::vector<size_t>> open;  // key -> slots of the open bucket
   std::map<std::string, int64_t> open_bytes, closed_count;
@@ -139,8 +148,7 @@ void BucketReducer::broadcastCoalesced(const std::vector<torch::Tensor>& tensors
 void BucketReducer::broadcastBuffers() {
   if (world_ < 2) return;
   torch::NoGradGuard no_grad;
-  auto buffers = module_->buffers();
-  if (!buffers.empty()) broadcastCoalesced(buffers);
+  if (!buffers_.empty()) broadcastCoalesced(buffers_);
 }
 
 void BucketReducer::prepareBackward(bool sync) {

@@ -52,10 +52,19 @@ struct BucketLayout {
   torch::Tensor shard;
 };
 
+// What a reducer keeps in step: parameters with their names (for messages), and buffers.
+struct ReducedTensors {
+  std::vector<std::pair<std::string, torch::Tensor>> params;
+  std::vector<torch::Tensor> buffers;
+  static ReducedTensors of(const torch::nn::Module& module);
+};
+
 class BucketReducer {
  public:
-  // Broadcasts parameters and buffers from rank 0 and installs the gradient hooks.
-  BucketReducer(std::shared_ptr<torch::nn::Module> module, ProcessGroup& pg, ReducerOptions opts);
+  // Broadcasts parameters and buffers from rank 0 and installs the gradient hooks. All of them
+  // on one device: a process driving several (a pipeline's stages) has one reducer per device,
+  // each over a communicator of its own.
+  BucketReducer(ReducedTensors tensors, ProcessGroup& pg, ReducerOptions opts);
   ~BucketReducer();
   BucketReducer(const BucketReducer&) = delete;
   BucketReducer& operator=(const BucketReducer&) = delete;
@@ -99,7 +108,7 @@ class BucketReducer {
   bool scatters() const { return opts_.collective == ReducerOptions::Collective::kReduceScatter; }
   double now() const;
 
-  std::shared_ptr<torch::nn::Module> module_;
+  std::vector<torch::Tensor> buffers_;
   ProcessGroup& pg_;
   int64_t world_;
   ReducerOptions opts_;

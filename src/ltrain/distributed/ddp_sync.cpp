@@ -9,6 +9,7 @@
 #include "ltrain/distributed/gradients.h"
 #include "ltrain/distributed/optimizer_state.h"
 #include "ltrain/distributed/process_group.h"
+#include "ltrain/optim/fused.h"
 
 namespace ltrain::distributed {
 namespace {
@@ -21,47 +22,62 @@ class DdpSync final : public GradientSync {
         fill_extras_(std::move(s.fill_extras)),
         extra_count_(s.extra_scalars) {
     if (!s.pg) return;
-    ReducerOptions o;
-    o.bucket_cap_mb = s.dist.bucket_cap_mb;
-    o.find_unused_parameters = s.dist.find_unused_parameters;
-    o.compression = s.dist.grad_compression;
-    o.extra_scalars = s.extra_scalars;
-    reducer_ = std::make_unique<BucketReducer>(model_, *s.pg, o);
-    reducer_->setExtraScalars(fill_extras_);
-    has_buffers_ = !model_->buffers().empty();
     backend_ = s.pg->backendName();
+    if (s.shares.empty()) s.shares.push_back({s.pg->device(), ReducedTensors::of(*model_)});
+    // NCCL wants one device per communicator: a pipeline's stages each get one, over the same
+    // stage of every replica. The stop vote's extra scalars ride on the first stage's buckets.
+    for (size_t i = 0; i < s.shares.size(); ++i) {
+      auto& share = s.shares[i];
+      Stage st;
+      st.pg =
+          s.shares.size() == 1 ? nullptr : s.pg->subgroup(fmt::format("stage{}", i), share.device);
+      ReducerOptions o;
+      o.bucket_cap_mb = s.dist.bucket_cap_mb;
+      o.find_unused_parameters = s.dist.find_unused_parameters;
+      o.compression = s.dist.grad_compression;
+      o.extra_scalars = i == 0 ? s.extra_scalars : 0;
+      st.has_buffers = !share.tensors.buffers.empty();
+      st.reducer =
+          std::make_unique<BucketReducer>(std::move(share.tensors), st.pg ? *st.pg : *s.pg, o);
+      stages_.push_back(std::move(st));
+    }
+    stages_.front().reducer->setExtraScalars(fill_extras_);
   }
 
   void beforeForward(bool first, bool last) override {
     if (first) optimizer_->zero_grad();
-    if (!reducer_) return;
-    reducer_->prepareBackward(last);
-    if (has_buffers_) reducer_->broadcastBuffers();
+    for (auto& st : stages_) {
+      st.reducer->prepareBackward(last);
+      if (st.has_buffers) st.reducer->broadcastBuffers();
+    }
   }
 
   void finishBackward() override {
-    if (!reducer_) {
+    if (stages_.empty()) {
       // One process: the extras are this rank's own values.
       std::vector<float> v(extra_count_, 0.f);
       if (fill_extras_ && extra_count_ > 0) fill_extras_(v.data());
       extras_ = torch::tensor(v);
       return;
     }
-    reducer_->finishBackward();
-    extras_ = reducer_->extraScalars();
+    for (auto& st : stages_) st.reducer->finishBackward();
+    extras_ = stages_.front().reducer->extraScalars();
   }
 
-  torch::Tensor findInf(double unscale) override { return unscaleAndFindInf(gradients(), unscale); }
+  torch::Tensor findInf(const torch::Tensor& unscale) override {
+    return unscaleAndFindInf(gradients(), unscale);
+  }
 
-  double gradNorm() override { return globalNorm(gradients()); }
+  double gradNorm() override { return std::sqrt(sumOfAllSquares(gradients()).item<double>()); }
 
   void clipGradNorm(double max_norm) override {
     const auto grads = gradients();
-    clipToNorm(grads, globalNorm(grads), max_norm);
+    clipToNorm(grads, sumOfAllSquares(grads).sqrt(), max_norm);
   }
 
-  void optimizerStep(double lr) override {
+  void optimizerStep(double lr, const torch::Tensor& found_inf) override {
     for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
+    optim::setFoundInf(*optimizer_, found_inf);
     optimizer_->step();
   }
 
@@ -86,19 +102,30 @@ class DdpSync final : public GradientSync {
 
   SyncStats lastStep() const override {
     SyncStats s;
-    if (!reducer_) return s;
-    s.collectives = reducer_->lastStep().collectives;
-    for (double w : reducer_->lastStep().bucket_wait_s) s.wait_s += w;
+    for (const auto& st : stages_) {
+      s.collectives += st.reducer->lastStep().collectives;
+      for (double w : st.reducer->lastStep().bucket_wait_s) s.wait_s += w;
+    }
     return s;
   }
 
   std::string describe() const override {
-    return reducer_
-               ? fmt::format("on {} with {} gradient buckets", backend_, reducer_->bucketCount())
-               : "";
+    if (stages_.empty()) return "";
+    size_t buckets = 0;
+    for (const auto& st : stages_) buckets += st.reducer->bucketCount();
+    return fmt::format("on {} with {} gradient buckets{}", backend_, buckets,
+                       stages_.size() > 1
+                           ? fmt::format(" ({} communicators, one per stage)", stages_.size())
+                           : "");
   }
 
  private:
+  struct Stage {
+    std::shared_ptr<ProcessGroup> pg;  // a stage's own communicator; null: the job's
+    std::unique_ptr<BucketReducer> reducer;
+    bool has_buffers = false;
+  };
+
   std::vector<torch::Tensor> gradients() const {
     std::vector<torch::Tensor> out;
     for (const auto& p : model_->parameters())
@@ -108,11 +135,10 @@ class DdpSync final : public GradientSync {
 
   std::shared_ptr<torch::nn::Module> model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
-  std::unique_ptr<BucketReducer> reducer_;
+  std::vector<Stage> stages_;
   std::function<void(float*)> fill_extras_;
   size_t extra_count_;
   torch::Tensor extras_;
-  bool has_buffers_ = false;
   std::string backend_;
 };
 

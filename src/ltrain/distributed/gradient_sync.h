@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "ltrain/config/experiment_config.h"
+#include "ltrain/distributed/bucket_reducer.h"
 
 namespace ltrain::distributed {
 
@@ -37,15 +38,18 @@ class GradientSync {
   virtual void beforeForward(bool first, bool last) = 0;
   // After the last micro-batch's backward: the gradients are averaged over ranks.
   virtual void finishBackward() = 0;
-  // Multiplies the gradients by `unscale` (fp16's 1/scale; 1 otherwise) and returns a 1-element
-  // tensor that is 1 when any rank's gradients hold inf or nan, else 0: the same on every rank.
-  virtual torch::Tensor findInf(double unscale) = 0;
+  // Multiplies the gradients by `unscale` (fp16's 1/scale, a 1-element tensor; undefined: 1) and
+  // returns a 1-element tensor that is 1 when any rank's gradients hold inf or nan, else 0: the
+  // same on every rank. On the device: nothing waits for it.
+  virtual torch::Tensor findInf(const torch::Tensor& unscale) = 0;
   // The global L2 norm of the averaged gradients (collective where they are sharded).
   virtual double gradNorm() = 0;
-  // Scales the gradients so that their global norm is at most `max_norm` (clip_grad_norm_).
+  // Scales the gradients so that their global norm is at most `max_norm` (clip_grad_norm_), on
+  // the device.
   virtual void clipGradNorm(double max_norm) = 0;
-  // Steps the optimizer at learning rate `lr`; afterwards every rank holds the same parameters.
-  virtual void optimizerStep(double lr) = 0;
+  // Steps the optimizer at learning rate `lr`, skipped on the device where `found_inf` (from
+  // findInf; undefined: never) is 1; afterwards every rank holds the same parameters.
+  virtual void optimizerStep(double lr, const torch::Tensor& found_inf) = 0;
   // A skipped step: its gradients are dropped (zeroed, so that logs report them as 0).
   virtual void discardGradients() = 0;
 
@@ -69,8 +73,16 @@ class GradientSync {
   virtual std::string describe() const = 0;
 };
 
+// A device's share of the model: its parameters (with their names) and buffers.
+struct DeviceShare {
+  torch::Device device{torch::kCPU};
+  ReducedTensors tensors;
+};
+
 struct SyncSetup {
   std::shared_ptr<torch::nn::Module> model;
+  // One entry per device the model spans (a pipeline's stages, in order), else one.
+  std::vector<DeviceShare> shares;
   GradientSync::MakeOptimizer make_optimizer;
   ProcessGroup* pg = nullptr;  // null: one process
   config::DistConfig dist;

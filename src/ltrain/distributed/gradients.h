@@ -13,15 +13,18 @@ namespace ltrain::distributed {
 // clip factor.
 torch::Tensor sumOfSquares(const torch::Tensor& g);
 
-// Multiplies every tensor by `factor` and returns a 1-element float tensor on the first
-// tensor's device that is 1 when any element is inf or nan (torch.amp's found_inf), else 0.
-torch::Tensor unscaleAndFindInf(const std::vector<torch::Tensor>& grads, double factor);
+// Multiplies every tensor by `factor` (a 1-element tensor; undefined: 1) and returns a
+// 1-element float tensor on the first tensor's device that is 1 when any element is inf or nan
+// (torch.amp's found_inf), else 0. Nothing is read on the host.
+torch::Tensor unscaleAndFindInf(const std::vector<torch::Tensor>& grads,
+                                const torch::Tensor& factor);
 
-// sqrt of the summed squares of all `grads`, as a double on the host.
-double globalNorm(const std::vector<torch::Tensor>& grads);
+// The summed squares of all `grads` in double, a 0-d tensor on the first one's device.
+torch::Tensor sumOfAllSquares(const std::vector<torch::Tensor>& grads);
 
-// torch::nn::utils::clip_grad_norm_: scales by max_norm / (norm + 1e-6) when that is below 1.
-// `norm` is the global norm (over every rank's slices, for sharded gradients).
-void clipToNorm(const std::vector<torch::Tensor>& grads, double norm, double max_norm);
+// torch::nn::utils::clip_grad_norm_: scales by max_norm / (norm + 1e-6) when that is below 1,
+// on the device. `norm` is the global norm (over every rank's slices for sharded gradients).
+void clipToNorm(const std::vector<torch::Tensor>& grads, const torch::Tensor& norm,
+                double max_norm);
 
 }  // namespace ltrain::distributed

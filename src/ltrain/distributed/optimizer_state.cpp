@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "ltrain/optim/fused.h"
+
 namespace ltrain::distributed {
 
 // LibTorch keeps the state in a per-type struct, so it is moved in and out by type.
@@ -55,6 +57,7 @@ void writeParamState(torch::optim::Optimizer& opt, const torch::Tensor& p, const
     throw std::logic_error("an optimizer type whose state ltrain cannot move");
   }
   opt.state()[p.unsafeGetTensorImpl()] = std::move(state);
+  if (auto* fused = dynamic_cast<optim::DeviceSkippable*>(&opt)) fused->forgetDeviceSteps();
 }
 
 int64_t optimizerStateBytes(const torch::optim::Optimizer& opt) {

@@ -84,54 +84,65 @@ std::shared_ptr<ProcessGroup> ProcessGroup::connect(const Runtime& rt,
   // A short store timeout for it: a stopped store host must not stall the heartbeat for the
   // whole dist.timeout_s.
   const Ms beat_timeout = std::max(Ms(1000), 2 * Watchdog::periodFor(c->timeout_));
-  c->watchdog_ = std::make_unique<Watchdog>(openStore(rt, beat_timeout, false), rt.rank,
+  c->watchdog_ = std::make_shared<Watchdog>(openStore(rt, beat_timeout, false), rt.rank,
                                             rt.world_size, c->timeout_, [](const std::string& m) {
                                               reportError(m);
                                               std::_Exit(1);  // the launcher ends the rest
                                             });
 
-  auto pg_store = c10::make_intrusive<c10d::PrefixStore>("pg", c->store_);
+  c->backend_ = c->makeBackend("pg", device);
+  return c;
+}
+
+c10::intrusive_ptr<c10d::Backend> ProcessGroup::makeBackend(const std::string& prefix,
+                                                            c10::Device device) const {
+  auto pg_store = c10::make_intrusive<c10d::PrefixStore>(prefix, store_);
   try {
-    if (c->backend_name_ == "gloo") {
-      auto opts = c10d::ProcessGroupGloo::Options::create(c->timeout_);
+    if (backend_name_ == "gloo") {
+      auto opts = c10d::ProcessGroupGloo::Options::create(timeout_);
       // Loopback jobs talk over loopback; multi-node jobs over the interface that reaches the
       // master (or GLOO_SOCKET_IFNAME's), whatever this machine's hostname resolves to.
       const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-      if (isLoopback(rt.master_addr)) {
+      if (isLoopback(rt_.master_addr)) {
         opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
       } else if (ifname && *ifname) {
         opts->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
       } else {
-        const std::string local = localAddressToward(rt.master_addr, rt.master_port);
+        const std::string local = localAddressToward(rt_.master_addr, rt_.master_port);
         // On the master's own node the route may be loopback (its name resolving to 127.0.1.1):
         // then torch's default choice (hostname, else the default route's interface).
         opts->devices.push_back(isLoopback(local)
                                     ? c10d::ProcessGroupGloo::createDefaultDevice()
                                     : c10d::ProcessGroupGloo::createDeviceForHostname(local));
       }
-      c->backend_ =
-          c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, rt.rank, rt.world_size, opts);
-    } else {
-#ifdef USE_C10D_NCCL
-      auto opts = c10d::ProcessGroupNCCL::Options::create();
-      opts->timeout = c->timeout_;
-      auto nccl =
-          c10::make_intrusive<c10d::ProcessGroupNCCL>(pg_store, rt.rank, rt.world_size, opts);
-      // Bound to this rank's GPU and connected now, as init_process_group(device_id=...) does:
-      // NCCL then never guesses the device, and a broken peer fails here rather than mid-step.
-      nccl->setBoundDeviceId(device);
-      nccl->eagerConnectSingleDevice(device);
-      c->backend_ = nccl;
-#else
-      throw UsageError("dist.backend=nccl: this build of LibTorch has no NCCL");
-#endif
+      return c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, rt_.rank, rt_.world_size, opts);
     }
+#ifdef USE_C10D_NCCL
+    auto opts = c10d::ProcessGroupNCCL::Options::create();
+    opts->timeout = timeout_;
+    auto nccl =
+        c10::make_intrusive<c10d::ProcessGroupNCCL>(pg_store, rt_.rank, rt_.world_size, opts);
+    // Bound to its GPU and connected now, as init_process_group(device_id=...) does: NCCL then
+    // never guesses the device, and a broken peer fails here rather than mid-step.
+    nccl->setBoundDeviceId(device);
+    nccl->eagerConnectSingleDevice(device);
+    return nccl;
+#else
+    throw UsageError("dist.backend=nccl: this build of LibTorch has no NCCL");
+#endif
   } catch (const c10::Error& e) {
     throw std::runtime_error(fmt::format("rank {}: creating the {} process group failed: {}",
-                                         rt.rank, c->backend_name_,
+                                         rt_.rank, backend_name_,
                                          firstLine(e.what_without_backtrace())));
   }
-  return c;
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::subgroup(const std::string& name,
+                                                     c10::Device device) const {
+  auto g = std::shared_ptr<ProcessGroup>(new ProcessGroup(*this));
+  g->device_ = device;
+  g->backend_ = makeBackend("sub/" + name, device);
+  return g;
 }
 
 void ProcessGroup::barrier(const std::string& name) {

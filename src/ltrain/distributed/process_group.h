@@ -24,6 +24,10 @@ class ProcessGroup {
   static std::shared_ptr<ProcessGroup> connect(const Runtime& rt, const config::DistConfig& cfg,
                                                c10::Device device);
 
+  // Another communicator over the same ranks, for collectives on `device` (a pipeline stage's
+  // GPU: NCCL wants one device per communicator). It shares this group's store and watchdog.
+  std::shared_ptr<ProcessGroup> subgroup(const std::string& name, c10::Device device) const;
+
   const Runtime& runtime() const { return rt_; }
   c10::intrusive_ptr<c10d::Backend> backend() const { return backend_; }
   c10::intrusive_ptr<c10d::Store> store() const { return store_; }
@@ -54,7 +58,10 @@ class ProcessGroup {
   c10::Device device_{c10::kCPU};
   std::chrono::milliseconds timeout_{0};
   std::string backend_name_;
-  std::unique_ptr<Watchdog> watchdog_;
+  std::shared_ptr<Watchdog> watchdog_;
+
+  c10::intrusive_ptr<c10d::Backend> makeBackend(const std::string& prefix,
+                                                c10::Device device) const;
 };
 
 // While it lives, the watchdog reports this rank as doing `p` (evaluating, checkpointing) rather

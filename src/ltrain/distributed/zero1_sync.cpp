@@ -12,6 +12,7 @@
 #include "ltrain/distributed/gradients.h"
 #include "ltrain/distributed/optimizer_state.h"
 #include "ltrain/distributed/process_group.h"
+#include "ltrain/optim/fused.h"
 
 namespace ltrain::distributed {
 namespace {
@@ -29,7 +30,7 @@ class Zero1Sync final : public GradientSync {
     ReducerOptions o;
     o.bucket_cap_mb = s.dist.bucket_cap_mb;
     o.collective = ReducerOptions::Collective::kReduceScatter;
-    reducer_ = std::make_unique<BucketReducer>(model_, pg_, o);
+    reducer_ = std::make_unique<BucketReducer>(ReducedTensors::of(*model_), pg_, o);
     has_buffers_ = !model_->buffers().empty();
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> slices;
@@ -56,28 +57,22 @@ class Zero1Sync final : public GradientSync {
 
   void finishBackward() override { reducer_->finishBackward(); }
 
-  torch::Tensor findInf(double unscale) override {
+  torch::Tensor findInf(const torch::Tensor& unscale) override {
     auto found = unscaleAndFindInf(shardGradients(), unscale);
     std::vector<at::Tensor> io{found};
     pg_.wait(pg_.backend()->allreduce(io));  // a rank's inf is every rank's
     return io[0].clamp_max(1.0);
   }
 
-  double gradNorm() override {
-    torch::NoGradGuard no_grad;
-    auto sum = torch::zeros({1}, shards_.front().param.options().dtype(torch::kDouble));
-    for (const auto& s : shards_) sum += sumOfSquares(s.bucket.shard).to(sum.device());
-    std::vector<at::Tensor> io{sum};
-    pg_.wait(pg_.backend()->allreduce(io));
-    return std::sqrt(io[0].item<double>());
-  }
+  double gradNorm() override { return globalNorm().item<double>(); }
 
   void clipGradNorm(double max_norm) override {
-    clipToNorm(shardGradients(), gradNorm(), max_norm);
+    clipToNorm(shardGradients(), globalNorm(), max_norm);
   }
 
-  void optimizerStep(double lr) override {
+  void optimizerStep(double lr, const torch::Tensor& found_inf) override {
     for (auto& group : opt_->param_groups()) group.options().set_lr(lr);
+    optim::setFoundInf(*opt_, found_inf);
     opt_->step();
     allGatherParameters();
   }
@@ -92,6 +87,7 @@ class Zero1Sync final : public GradientSync {
   torch::Tensor extras() const override { return extras_; }
 
   void withWholeOptimizer(const std::function<void(torch::optim::Optimizer&)>& write) override {
+    optim::syncStepsToHost(*opt_);
     auto whole = make_optimizer_(model_->parameters());
     gatherStateInto(*whole);
     if (rank_ == 0) write(*whole);
@@ -118,6 +114,14 @@ class Zero1Sync final : public GradientSync {
     BucketLayout bucket;
     torch::Tensor param;  // this rank's slice of the flattened bucket, updated by opt_
   };
+
+  // The norm over every rank's slices: a 0-d double on the device, summed by a collective.
+  torch::Tensor globalNorm() {
+    auto sum = sumOfAllSquares(shardGradients()).reshape({1});
+    std::vector<at::Tensor> io{sum};
+    pg_.wait(pg_.backend()->allreduce(io));
+    return io[0].reshape({}).sqrt();
+  }
 
   std::vector<torch::Tensor> shardGradients() const {
     std::vector<torch::Tensor> out;

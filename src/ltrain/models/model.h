@@ -33,6 +33,15 @@ struct ClassifierImpl : torch::nn::Cloneable<ClassifierImpl> {
   void placePipeline(const std::vector<torch::Device>& devices, int64_t micro_batches);
   // "layers 0-2 on cpu, layers 3-5 on cpu" for the log; empty without a pipeline.
   std::string pipelineSummary() const;
+  // Each pipeline stage's parameters (under the model's names) and buffers, first stage first;
+  // without a pipeline one entry holding the whole model. Gradient synchronisation keeps one
+  // communicator per stage device.
+  struct StageTensors {
+    torch::Device device{torch::kCPU};
+    std::vector<std::pair<std::string, torch::Tensor>> params;
+    std::vector<torch::Tensor> buffers;
+  };
+  std::vector<StageTensors> stageTensors() const;
   torch::nn::Sequential layers;
   bool channels_last = false;
 

@@ -47,6 +47,31 @@ void ClassifierImpl::placePipeline(const std::vector<torch::Device>& devices,
   micro_batches = micro_batches_;
 }
 
+std::vector<ClassifierImpl::StageTensors> ClassifierImpl::stageTensors() const {
+  std::vector<StageTensors> out;
+  if (stages.empty()) {
+    StageTensors all;
+    const auto params = parameters();
+    if (!params.empty()) all.device = params.front().device();
+    for (const auto& p : named_parameters()) all.params.emplace_back(p.key(), p.value());
+    all.buffers = buffers();
+    out.push_back(std::move(all));
+    return out;
+  }
+  for (const auto& st : stages) {
+    StageTensors t;
+    t.device = st.device;
+    for (size_t i = st.begin; i < st.end; ++i) {
+      const auto& layer = *layers->ptr(i);
+      for (const auto& p : layer.named_parameters())
+        t.params.emplace_back(fmt::format("layers.{}.{}", i, p.key()), p.value());
+      for (const auto& b : layer.buffers()) t.buffers.push_back(b);
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 std::string ClassifierImpl::pipelineSummary() const {
   std::string out;
   for (const auto& st : stages)

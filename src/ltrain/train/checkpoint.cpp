@@ -10,6 +10,7 @@
 #include "ltrain/common/errors.h"
 #include "ltrain/io/checksummed_file.h"
 #include "ltrain/io/files.h"
+#include "ltrain/optim/fused.h"
 
 namespace ltrain::train {
 namespace {
@@ -133,6 +134,7 @@ void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::op
                     const LoopState& s, torch::Device device) {
   torch::serialize::OutputArchive ar, model_ar, opt_ar;
   model.save(model_ar);
+  optim::syncStepsToHost(opt);  // Adam's step counts live on the device between checkpoints
   opt.save(opt_ar);
   ar.write("model", model_ar);
   ar.write("optimizer", opt_ar);

@@ -1,15 +1,39 @@
 #include "ltrain/train/grad_scaler.h"
 
+#include <torch/torch.h>
+
 namespace ltrain::train {
 
-void GradScaler::update(bool finite) {
-  if (!finite) {
-    scale_ *= backoff_;
-    tracker_ = 0;
-  } else if (++tracker_ >= interval_) {
-    scale_ *= growth_;
-    tracker_ = 0;
-  }
+GradScaler::GradScaler(bool enabled, double init_scale, double growth_factor, double backoff_factor,
+                       int64_t growth_interval)
+    : enabled_(enabled),
+      growth_(growth_factor),
+      backoff_(backoff_factor),
+      interval_(growth_interval),
+      scale_(torch::full({1}, init_scale, torch::kFloat)),
+      tracker_(torch::zeros({1}, torch::kInt)) {}
+
+void GradScaler::to(torch::Device device) {
+  scale_ = scale_.to(device);
+  tracker_ = tracker_.to(device);
+}
+
+void GradScaler::update(const torch::Tensor& found_inf) {
+  at::_amp_update_scale_(scale_, tracker_, found_inf.to(scale_.device(), torch::kFloat), growth_,
+                         backoff_, interval_);
+}
+
+double GradScaler::scale() const {
+  return scale_.item<double>();
+}
+
+int64_t GradScaler::growthTracker() const {
+  return tracker_.item<int64_t>();
+}
+
+void GradScaler::restore(double scale, int64_t tracker) {
+  scale_.fill_(scale);
+  tracker_.fill_(tracker);
 }
 
 }  // namespace ltrain::train

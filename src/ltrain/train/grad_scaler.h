@@ -1,8 +1,11 @@
 // Dynamic loss scaling for fp16, as torch.amp.GradScaler does it: the loss is multiplied by the
 // scale, the gradients unscaled before clipping and the step (GradientSync::findInf), a step with
 // inf/nan gradients skipped and the scale halved, doubled after `growth_interval` good steps in a
-// row. This class holds the scale and its schedule.
+// row. The scale lives on the loss's device and is updated there (torch.amp's
+// _amp_update_scale_), so that no step waits for the host.
 #pragma once
+#include <torch/types.h>
+
 #include <cstdint>
 
 namespace ltrain::train {
@@ -10,27 +13,28 @@ namespace ltrain::train {
 class GradScaler {
  public:
   explicit GradScaler(bool enabled, double init_scale = 65536.0, double growth_factor = 2.0,
-                      double backoff_factor = 0.5, int64_t growth_interval = 2000)
-      : enabled_(enabled),
-        scale_(init_scale),
-        growth_(growth_factor),
-        backoff_(backoff_factor),
-        interval_(growth_interval) {}
+                      double backoff_factor = 0.5, int64_t growth_interval = 2000);
 
   bool enabled() const { return enabled_; }
-  double scale() const { return scale_; }
-  int64_t growthTracker() const { return tracker_; }
-  void restore(double scale, int64_t tracker) { scale_ = scale, tracker_ = tracker; }
+  // Moves the scale next to the loss, once, before the first step.
+  void to(torch::Device device);
+  // The scale and its inverse, 1-element float tensors on the device.
+  const torch::Tensor& scaleTensor() const { return scale_; }
+  torch::Tensor inverse() const { return scale_.reciprocal(); }
+  // After the gradients were unscaled and checked (`found_inf` from GradientSync::findInf).
+  void update(const torch::Tensor& found_inf);
 
-  // After the gradients were unscaled (by 1/scale()) and checked: halves the scale after a step
-  // with inf or nan gradients (which is then skipped), doubles it after growth_interval good
-  // steps in a row.
-  void update(bool finite);
+  // Read on the host: for logs and checkpoints.
+  double scale() const;
+  int64_t growthTracker() const;
+  void restore(double scale, int64_t tracker);
 
  private:
   bool enabled_;
-  double scale_, growth_, backoff_;
-  int64_t interval_, tracker_ = 0;
+  double growth_, backoff_;
+  int64_t interval_;
+  torch::Tensor scale_;    // float32 [1]
+  torch::Tensor tracker_;  // int32 [1]: good steps in a row
 };
 
 }  // namespace ltrain::train

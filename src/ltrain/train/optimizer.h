@@ -1,4 +1,5 @@
-// Optimizers by name (sgd, adam, adamw) from LibTorch, and setting their learning rate per step.
+// Optimizers by name (sgd, adam, adamw): the fused multi-tensor ones of optim/fused.h, with
+// LibTorch's options and state; and setting their learning rate per step.
 #pragma once
 #include <torch/optim/optimizer.h>
 

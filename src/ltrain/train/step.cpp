@@ -30,9 +30,16 @@ StepResult TrainStep::run(data::Loader& loader, const StepPosition& at, int64_t 
     r.samples += b.targets.size(0);
   }
   sync_.finishBackward();
-  if (!gradientsFinite()) return skip(std::move(r), at, micro_batches);
+  // Decided on the reduced gradients, which are the same on every rank (an inf or nan anywhere
+  // reaches every rank through the sum): all skip, or all stop, at the same step.
+  r.found_inf = sync_.findInf(scaler_.enabled() ? scaler_.inverse() : torch::Tensor());
+  if (scaler_.enabled()) scaler_.update(r.found_inf);
+  if (!r.found_inf.is_cuda()) {  // reading the flag costs nothing off the GPU: decide now
+    if (r.found_inf.item<float>() != 0.f) return skip(std::move(r), at, micro_batches);
+    r.found_inf = torch::Tensor();
+  }
   if (cfg_.train.clip_grad_norm > 0) sync_.clipGradNorm(cfg_.train.clip_grad_norm);
-  sync_.optimizerStep(lr);
+  sync_.optimizerStep(lr, r.found_inf);
   return r;
 }
 
@@ -53,17 +60,11 @@ torch::Tensor TrainStep::forwardLoss(const data::Batch& b) {
 
 // The mean over micro-batches, scaled up for fp16 so that small gradients survive its range.
 void TrainStep::backward(const torch::Tensor& loss, int64_t micro_batches) {
-  const double scale = scaler_.enabled() ? scaler_.scale() : 1.0;
-  (loss * (scale / static_cast<double>(micro_batches))).backward();
-}
-
-// Decided on the reduced gradients, which are the same on every rank (an inf or nan anywhere
-// reaches every rank through the sum): all skip, or all stop, at the same step.
-bool TrainStep::gradientsFinite() {
-  const double unscale = scaler_.enabled() ? 1.0 / scaler_.scale() : 1.0;
-  const bool finite = sync_.findInf(unscale).item<float>() == 0.f;
-  if (scaler_.enabled()) scaler_.update(finite);
-  return finite;
+  const double k = static_cast<double>(micro_batches);
+  if (scaler_.enabled())
+    (loss * (scaler_.scaleTensor().reshape({}) / k)).backward();
+  else
+    (loss / k).backward();
 }
 
 StepResult TrainStep::skip(StepResult r, const StepPosition& at, int64_t micro_batches) {
@@ -75,6 +76,7 @@ StepResult TrainStep::skip(StepResult r, const StepPosition& at, int64_t micro_b
         at.rank, r.loss.item<double>()));
   sync_.discardGradients();
   r.skipped = true;
+  r.found_inf = torch::Tensor();
   return r;
 }
 

@@ -24,9 +24,13 @@ struct StepPosition {
 };
 
 struct StepResult {
-  torch::Tensor loss;    // this rank's mean loss over the micro-batches, on the device
-  bool skipped = false;  // inf or nan gradients on some rank: every rank skips this step
-  int64_t samples = 0;   // examples this rank consumed
+  torch::Tensor loss;  // this rank's mean loss over the micro-batches, on the device
+  // Inf or nan gradients on some rank: every rank skips this step. Decided on the host where
+  // reading the flag costs nothing (the CPU); on a GPU `found_inf` holds the flag, the optimizer
+  // skipped on the device, and the loop reads it once per log window.
+  bool skipped = false;
+  torch::Tensor found_inf;
+  int64_t samples = 0;  // examples this rank consumed
   double data_wait_s = 0;
 };
 
@@ -43,7 +47,6 @@ class TrainStep {
   data::Batch nextBatch(data::Loader& loader, StepResult& r);
   torch::Tensor forwardLoss(const data::Batch& b);
   void backward(const torch::Tensor& loss, int64_t micro_batches);
-  bool gradientsFinite();
   StepResult skip(StepResult r, const StepPosition& at, int64_t micro_batches);
 
   const config::ExperimentConfig& cfg_;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <map>
 #include <memory>
 
 #include "ltrain/common/errors.h"
@@ -21,6 +22,7 @@
 #include "ltrain/train/evaluate.h"
 #include "ltrain/train/faults.h"
 #include "ltrain/train/grad_scaler.h"
+#include "ltrain/train/loss_tally.h"
 #include "ltrain/train/optimizer.h"
 #include "ltrain/train/preflight.h"
 #include "ltrain/train/reporter.h"
@@ -36,12 +38,11 @@ double secondsSince(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// What one logging window accumulates between two train reports; losses stay on the device.
+// What one logging window accumulates between two train reports (its losses: LossTally).
 struct Window {
   Clock::time_point start = Clock::now();
-  torch::Tensor loss_sum;  // over the steps that were not skipped
   double data_wait_s = 0, comm_wait_s = 0;
-  int64_t steps = 0, loss_steps = 0, samples = 0, collectives = 0;
+  int64_t steps = 0, samples = 0, collectives = 0;
 };
 
 class Trainer {
@@ -63,6 +64,8 @@ class Trainer {
   void writeSummary(const std::string& status, double wall_s, double samples_per_s,
                     const std::string& error);
   double epochLossMean();
+  void readTally();
+  void stopOnDeferredNonFinite();
 
   const config::ExperimentConfig& cfg_;
   distributed::Runtime rt_;
@@ -82,7 +85,8 @@ class Trainer {
   std::unique_ptr<Checkpointer> checkpointer_;
   StopVote vote_;
   int stop_signal_ = 0;
-  torch::Tensor epoch_loss_sum_;  // on the device: state_.epoch_loss_sum as the steps add to it
+  std::unique_ptr<LossTally> tally_;
+  std::map<int64_t, StepPosition> window_positions_;  // a GPU's deferred inf/nan report names them
   EvalResult last_eval_;
   int64_t last_eval_step_ = -1, last_ckpt_step_ = -1, start_step_ = 0;
   double paused_s_ = 0, first_step_wall_time_ = 0, peak_rss_mb_ = 0, optimizer_state_mb_ = 0;
@@ -140,14 +144,18 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   if (resumed && scaler_.enabled() && state_.loss_scale > 0)
     scaler_.restore(state_.loss_scale, state_.scale_growth_tracker);
   placeModel(model_, cfg_.model, devices_);
-  sync_ = distributed::makeGradientSync(
-      {model_.ptr(), make_optimizer, pg_.get(), cfg_.dist, StopVote::kScalars, StopVote::fill});
+  std::vector<distributed::DeviceShare> shares;
+  for (auto& st : model_->stageTensors())
+    shares.push_back({st.device, {std::move(st.params), std::move(st.buffers)}});
+  sync_ = distributed::makeGradientSync({model_.ptr(), std::move(shares), make_optimizer, pg_.get(),
+                                         cfg_.dist, StopVote::kScalars, StopVote::fill});
   if (resumed) sync_->loadWholeOptimizer(*whole);
   step_ = std::make_unique<TrainStep>(cfg_, model_, devices_, *sync_, scaler_, faults_);
   checkpointer_ = std::make_unique<Checkpointer>(run_.path, cfg_.train.keep_checkpoints,
                                                  rt_.isMain(), devices_.main);
-  epoch_loss_sum_ = torch::full({}, state_.epoch_loss_sum,
-                                torch::TensorOptions().dtype(torch::kDouble).device(devices_.main));
+  scaler_.to(devices_.main);
+  tally_ = std::make_unique<LossTally>(devices_.main, state_.epoch_loss_sum,
+                                       state_.epoch_loss_count, state_.skipped_steps);
   reporter_.open(run_.path, resumed ? state_.step : 0, resumed.has_value());
 }
 
@@ -218,7 +226,7 @@ void Trainer::runEpoch() {
                     data::augmentSeed(static_cast<uint64_t>(cfg_.seed), rt_.rank, state_.epoch)});
   if (state_.batch_in_epoch == 0) {
     state_.epoch_loss_sum = 0, state_.epoch_loss_count = 0;
-    epoch_loss_sum_.zero_();
+    tally_->startEpoch();
   }
   model_->train();
   Window w;
@@ -228,8 +236,9 @@ void Trainer::runEpoch() {
     if (pg_)
       pg_->watchdog().setStep(state_.step), pg_->watchdog().setPhase(distributed::Phase::kCompute);
     last_lr_ = learningRate(cfg_.optimizer, cfg_.scheduler, state_.step, total_steps_);
-    const StepResult r = step_->run(
-        loader, {state_.step, state_.epoch, state_.batch_in_epoch, rt_.rank}, k, last_lr_);
+    const StepPosition at{state_.step, state_.epoch, state_.batch_in_epoch, rt_.rank};
+    const StepResult r = step_->run(loader, at, k, last_lr_);
+    if (r.found_inf.defined()) window_positions_[state_.step + 1] = at;
     state_.batch_in_epoch += k;
     afterStep(r, w);
     if (state_.step % cfg_.train.log_every == 0 || state_.step == total_steps_)
@@ -253,14 +262,7 @@ void Trainer::afterStep(const StepResult& r, Window& w) {
   w.data_wait_s += r.data_wait_s;
   const auto sync = sync_->lastStep();
   w.collectives += sync.collectives, w.comm_wait_s += sync.wait_s;
-  if (r.skipped) {
-    ++state_.skipped_steps;
-  } else {
-    const auto loss = r.loss.to(torch::kDouble);
-    w.loss_sum = w.loss_sum.defined() ? w.loss_sum + loss : loss;
-    ++w.loss_steps, ++state_.epoch_loss_count;
-    epoch_loss_sum_ += loss;
-  }
+  tally_->add(r.loss, r.found_inf, r.skipped, state_.step);
   if (reporter_.active()) {
     const int64_t done = state_.step - start_step_;
     const double elapsed = secondsSince(run_start_), window = secondsSince(w.start);
@@ -291,7 +293,9 @@ bool Trainer::betweenSteps(bool epoch_done, Window& w) {
 
 void Trainer::logWindow(Window& w, double lr) {
   const double secs = secondsSince(w.start);
-  double loss = w.loss_steps > 0 ? w.loss_sum.item<double>() / w.loss_steps : std::nan("");
+  stopOnDeferredNonFinite();
+  readTally();
+  double loss = tally_->takeWindowMean();
   if (pg_) loss = pg_->allreduceSum({loss})[0] / rt_.world_size;  // the mean over ranks
   last_window_loss_ = loss;
   TrainReport r;
@@ -327,15 +331,43 @@ void Trainer::checkpoint() {
   last_ckpt_step_ = state_.step;
   state_.loss_scale = scaler_.enabled() ? scaler_.scale() : 0;
   state_.scale_growth_tracker = scaler_.growthTracker();
-  state_.epoch_loss_sum = epoch_loss_sum_.item<double>();
+  stopOnDeferredNonFinite();
+  readTally();
   checkpointer_->save(model_, *sync_, state_);
+}
+
+// The device's sums into the loop state (a synchronisation on a GPU: log, checkpoint, summary).
+void Trainer::readTally() {
+  state_.epoch_loss_sum = tally_->epochSum();
+  state_.epoch_loss_count = tally_->epochCount();
+  state_.skipped_steps = tally_->skipped();
+}
+
+// train.nonfinite stop on a GPU: the step with inf/nan gradients was skipped on the device, and
+// the run stops at the next report naming it.
+void Trainer::stopOnDeferredNonFinite() {
+  if (window_positions_.empty()) return;
+  const auto positions = std::move(window_positions_);
+  window_positions_.clear();
+  if (scaler_.enabled() || cfg_.train.nonfinite != config::NonFinite::kStop) return;
+  const int64_t bad = tally_->firstSkippedStep();
+  if (bad < 0) return;
+  const auto it = positions.find(bad);
+  throw std::runtime_error(fmt::format(
+      "gradients are not finite at step {}{} on rank {} (skipped on the device, noticed at step "
+      "{}); train.nonfinite=skip would skip such steps",
+      bad,
+      it == positions.end() ? ""
+                            : fmt::format(" (epoch {}, batch {} of the epoch)",
+                                          it->second.epoch + 1, it->second.batch_in_epoch),
+      rt_.rank, state_.step));
 }
 
 double Trainer::epochLossMean() {
   try {
-    state_.epoch_loss_sum = epoch_loss_sum_.item<double>();
+    readTally();
   } catch (const std::exception&) {
-    // A broken device: summary.json keeps the sum as of the last checkpoint.
+    // A broken device: summary.json keeps the sums as of the last report.
   }
   return state_.epoch_loss_count ? state_.epoch_loss_sum / state_.epoch_loss_count : 0.0;
 }

@@ -1,0 +1,163 @@
+#include "ltrain/optim/fused.h"
+
+#include <torch/torch.h>
+
+#include <map>
+#include <optional>
+#include <tuple>
+#include <vector>
+
+namespace ltrain::optim {
+namespace {
+
+using DeviceKey = std::tuple<int, int, int>;  // device type, index, dtype
+DeviceKey keyOf(const torch::Tensor& t) {
+  return {static_cast<int>(t.device().type()), t.device().index(),
+          static_cast<int>(t.scalar_type())};
+}
+
+// found_inf where the fused kernel reads it: a 0-d float next to the parameters (the CPU kernels
+// read it on the host, which costs nothing there).
+std::optional<torch::Tensor> flagOn(const torch::Tensor& found_inf, const torch::Device& d) {
+  if (!found_inf.defined()) return std::nullopt;
+  return found_inf.to(d, torch::kFloat).reshape({});
+}
+
+torch::Tensor runClosure(const torch::optim::Optimizer::LossClosure& closure) {
+  if (!closure) return {};
+  at::AutoGradMode grad(true);
+  return closure();
+}
+
+// The parameters of one group, one device and dtype at a time, with their Adam state.
+struct AdamLists {
+  std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
+};
+
+using StepCounts = std::unordered_map<const c10::TensorImpl*, torch::Tensor>;
+
+template <class State, class Options>
+void adamStep(torch::optim::Optimizer& opt, StepCounts& steps, const torch::Tensor& found_inf,
+              bool decoupled) {
+  torch::NoGradGuard no_grad;
+  for (auto& group : opt.param_groups()) {
+    auto& o = static_cast<Options&>(group.options());
+    std::map<DeviceKey, AdamLists> by_device;
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      auto& slot = opt.state()[p.unsafeGetTensorImpl()];
+      if (!slot) {  // as LibTorch starts it: step 0, zero moments
+        auto s = std::make_unique<State>();
+        s->step(0);
+        s->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        s->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        if (o.amsgrad()) s->max_exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        slot = std::move(s);
+      }
+      auto& st = static_cast<State&>(*slot);
+      auto& count = steps[p.unsafeGetTensorImpl()];
+      if (!count.defined())
+        count = torch::full({}, static_cast<double>(st.step()),
+                            torch::TensorOptions().dtype(torch::kFloat).device(p.device()));
+      auto& l = by_device[keyOf(p)];
+      l.params.push_back(p);
+      l.grads.push_back(p.grad());
+      l.exp_avgs.push_back(st.exp_avg());
+      l.exp_avg_sqs.push_back(st.exp_avg_sq());
+      if (o.amsgrad()) l.max_exp_avg_sqs.push_back(st.max_exp_avg_sq());
+      l.steps.push_back(count);
+    }
+    const auto [beta1, beta2] = o.betas();
+    for (auto& [key, l] : by_device) {
+      const auto flag = flagOn(found_inf, l.params.front().device());
+      at::_foreach_add_(l.steps, 1.0);
+      if (decoupled)
+        at::_fused_adamw_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.max_exp_avg_sqs, l.steps,
+                          o.lr(), beta1, beta2, o.weight_decay(), o.eps(), o.amsgrad(),
+                          /*maximize=*/false, std::nullopt, flag);
+      else
+        at::_fused_adam_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.max_exp_avg_sqs, l.steps,
+                         o.lr(), beta1, beta2, o.weight_decay(), o.eps(), o.amsgrad(),
+                         /*maximize=*/false, std::nullopt, flag);
+      // A skipped step does not count, as torch.optim rolls it back on the device.
+      if (flag) at::_foreach_sub_(l.steps, std::vector<torch::Tensor>(l.steps.size(), *flag));
+    }
+  }
+}
+
+template <class State>
+void writeBack(torch::optim::Optimizer& opt, const StepCounts& steps) {
+  for (const auto& entry : steps) {
+    auto it = opt.state().find(const_cast<c10::TensorImpl*>(entry.first));
+    if (it == opt.state().end()) continue;
+    const float count = entry.second.item().toFloat();
+    static_cast<State&>(*it->second).step(static_cast<int64_t>(count));
+  }
+}
+
+}  // namespace
+
+torch::Tensor FusedSGD::step(LossClosure closure) {
+  torch::Tensor loss = runClosure(closure);
+  torch::NoGradGuard no_grad;
+  for (auto& group : param_groups()) {
+    auto& o = static_cast<torch::optim::SGDOptions&>(group.options());
+    const bool momentum = o.momentum() != 0;
+    std::map<DeviceKey, std::vector<std::vector<torch::Tensor>>> by_device;  // params, grads, bufs
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      auto& l = by_device[keyOf(p)];
+      if (l.empty()) l.resize(3);
+      l[0].push_back(p), l[1].push_back(p.grad());
+      if (!momentum) continue;
+      auto& slot = state()[p.unsafeGetTensorImpl()];
+      if (!slot) slot = std::make_unique<torch::optim::SGDParamState>();
+      auto& st = static_cast<torch::optim::SGDParamState&>(*slot);
+      // A zero buffer makes the first step's update momentum * 0 + grad = grad exactly, as
+      // LibTorch's clone of the first gradient, and a skipped first step leaves a valid buffer.
+      if (!st.momentum_buffer().defined())
+        st.momentum_buffer(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+      l[2].push_back(st.momentum_buffer());
+    }
+    for (auto& [key, l] : by_device)
+      at::_fused_sgd_(l[0], l[1], l[2], o.weight_decay(), o.momentum(), o.lr(), o.dampening(),
+                      o.nesterov(), /*maximize=*/false, /*is_first_step=*/false, std::nullopt,
+                      flagOn(found_inf_, l[0].front().device()));
+  }
+  return loss;
+}
+
+torch::Tensor FusedAdam::step(LossClosure closure) {
+  torch::Tensor loss = runClosure(closure);
+  adamStep<torch::optim::AdamParamState, torch::optim::AdamOptions>(*this, steps_, found_inf_,
+                                                                    /*decoupled=*/false);
+  return loss;
+}
+
+void FusedAdam::syncStepsToHost() {
+  writeBack<torch::optim::AdamParamState>(*this, steps_);
+}
+
+torch::Tensor FusedAdamW::step(LossClosure closure) {
+  torch::Tensor loss = runClosure(closure);
+  adamStep<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(*this, steps_, found_inf_,
+                                                                      /*decoupled=*/true);
+  return loss;
+}
+
+void FusedAdamW::syncStepsToHost() {
+  writeBack<torch::optim::AdamWParamState>(*this, steps_);
+}
+
+void syncStepsToHost(torch::optim::Optimizer& opt) {
+  if (auto* s = dynamic_cast<DeviceSkippable*>(&opt)) s->syncStepsToHost();
+}
+
+bool setFoundInf(torch::optim::Optimizer& opt, const torch::Tensor& found_inf) {
+  auto* s = dynamic_cast<DeviceSkippable*>(&opt);
+  if (!s) return false;
+  s->setFoundInf(found_inf);
+  return true;
+}
+
+}  // namespace ltrain::optim

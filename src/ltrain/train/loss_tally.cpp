@@ -1,0 +1,67 @@
+#include "ltrain/train/loss_tally.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+namespace ltrain::train {
+
+LossTally::LossTally(torch::Device device, double epoch_sum, int64_t epoch_count, int64_t skipped)
+    : device_(device) {
+  window_sum_ = zeros(), window_count_ = zeros();
+  epoch_sum_ = zeros().fill_(epoch_sum), epoch_count_ = zeros().fill_(epoch_count);
+  skipped_ = zeros().fill_(skipped), first_skipped_ = zeros().fill_(-1);
+}
+
+torch::Tensor LossTally::zeros() const {
+  return torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(device_));
+}
+
+void LossTally::add(const torch::Tensor& loss, const torch::Tensor& found_inf, bool skipped,
+                    int64_t step) {
+  torch::NoGradGuard no_grad;
+  const auto l = loss.detach().to(device_, torch::kDouble).reshape({});
+  if (!found_inf.defined()) {  // known on the host
+    if (skipped) {
+      skipped_ += 1;
+      first_skipped_.masked_fill_(first_skipped_ < 0, static_cast<double>(step));
+      return;
+    }
+    window_sum_ += l, window_count_ += 1, epoch_sum_ += l, epoch_count_ += 1;
+    return;
+  }
+  const auto bad = found_inf.to(device_, torch::kDouble).reshape({}) > 0;
+  const auto ok = (~bad).to(torch::kDouble);
+  const auto kept = torch::where(bad, torch::zeros_like(l), l);  // a nan loss must not leak in
+  window_sum_ += kept, window_count_ += ok, epoch_sum_ += kept, epoch_count_ += ok;
+  skipped_ += bad.to(torch::kDouble);
+  first_skipped_.masked_fill_(bad & (first_skipped_ < 0), static_cast<double>(step));
+}
+
+void LossTally::startEpoch() {
+  epoch_sum_.zero_(), epoch_count_.zero_();
+}
+
+double LossTally::takeWindowMean() {
+  const double sum = window_sum_.item<double>(), n = window_count_.item<double>();
+  window_sum_.zero_(), window_count_.zero_();
+  return n > 0 ? sum / n : std::nan("");
+}
+
+double LossTally::epochSum() const {
+  return epoch_sum_.item<double>();
+}
+
+int64_t LossTally::epochCount() const {
+  return static_cast<int64_t>(epoch_count_.item<double>());
+}
+
+int64_t LossTally::skipped() const {
+  return static_cast<int64_t>(skipped_.item<double>());
+}
+
+int64_t LossTally::firstSkippedStep() const {
+  return static_cast<int64_t>(first_skipped_.item<double>());
+}
+
+}  // namespace ltrain::train
