@@ -35,7 +35,19 @@ GPU_CASES = [
      ["data.batch_size=1024", "train.precision=bf16", "train.max_steps=120", "train.log_every=15"]),
     ("MLP bs4096 bf16", "configs/fashion_mnist_mlp.yaml", 1,
      ["data.batch_size=4096", "train.precision=bf16", "train.max_steps=120", "train.log_every=15"]),
+    ("ResNet-18 bs256 bf16", "configs/fashion_mnist_resnet18.yaml", 1,
+     ["data.batch_size=256", "train.precision=bf16", "train.max_steps=60", "train.log_every=10"]),
 ]
+
+
+def shrunk(overrides):
+    """--quick: the same case at a size that runs in seconds on a CPU (checks the script only)."""
+    out = []
+    for o in overrides:
+        key = o.split("=", 1)[0]
+        out.append({"data.batch_size": "data.batch_size=32", "train.max_steps": "train.max_steps=8",
+                    "train.log_every": "train.log_every=2"}.get(key, o))
+    return out
 TARGETS = {"samples": {("MLP", 2): 1.3, ("CNN", 2): 1.10}, "first_step": 0.5, "rss": 0.7, "data_wait": 0.02}
 
 
@@ -78,6 +90,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--cases", default="all", help="comma-separated indices into the case list")
     ap.add_argument("--gpu", action="store_true", help="the GPU cases (bf16, large batches) instead")
+    ap.add_argument("--quick", action="store_true", help="tiny sizes: checks the script, not speed")
     args = ap.parse_args()
     cores = os.cpu_count()
     table = GPU_CASES if args.gpu else CASES
@@ -85,6 +98,8 @@ def main():
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name, config, nproc, overrides in cases:
+            if args.quick:
+                overrides = shrunk(overrides)
             got = {"ltrain": [], "python": []}
             for rep in range(args.repeats):
                 for side in ("ltrain", "python"):  # alternating, so drift hits both sides alike

@@ -358,7 +358,11 @@ std::vector<Option> buildSchema() {
              "the next launch resumes) or stop; exit code 143 or 130",
              OnSignal::kCheckpoint),
 
-      LT_OPT(dist.backend, "Collective backend", Backend::kAuto),
+      LT_OPT(dist.backend,
+             "Collective backend: auto (nccl on CUDA, gloo on the CPU), nccl or gloo. Set "
+             "explicitly, a single worker started by a launcher joins a process group of one "
+             "(the multi-process path on one GPU)",
+             Backend::kAuto),
       LT_OPT(dist.bucket_cap_mb, "Gradient bucket size in MiB (the first bucket is 1 MiB)", 25.0)
           .positive(),
       LT_OPT(dist.find_unused_parameters, "Reduce parameters that got no gradient as zeros", false),

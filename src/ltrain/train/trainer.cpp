@@ -29,6 +29,7 @@
 #include "ltrain/train/schedule.h"
 #include "ltrain/train/step.h"
 #include "ltrain/train/stop_vote.h"
+#include "ltrain/train/sync_debug.h"
 
 namespace ltrain::train {
 namespace {
@@ -133,7 +134,11 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   total_steps_ = cfg_.train.epochs * steps_per_epoch;
   if (cfg_.train.max_steps > 0) total_steps_ = std::min(total_steps_, cfg_.train.max_steps);
 
-  if (rt_.distributed()) pg_ = distributed::ProcessGroup::connect(rt_, cfg_.dist, devices_.main);
+  // A single launched worker with an explicit dist.backend joins a group of one too: the
+  // multi-process path (NCCL included) then runs on a machine with one GPU.
+  const bool launched_alone = rt_.source != "none" && cfg_.dist.backend != config::Backend::kAuto;
+  if (rt_.distributed() || launched_alone)
+    pg_ = distributed::ProcessGroup::connect(rt_, cfg_.dist, devices_.main);
   run_ = agreeOnRunDir(lc, req, rt_, pg_.get());
   auto make_optimizer = [this](std::vector<torch::Tensor> p) {
     return makeOptimizer(cfg_.optimizer, std::move(p));
@@ -237,12 +242,16 @@ void Trainer::runEpoch() {
       pg_->watchdog().setStep(state_.step), pg_->watchdog().setPhase(distributed::Phase::kCompute);
     last_lr_ = learningRate(cfg_.optimizer, cfg_.scheduler, state_.step, total_steps_);
     const StepPosition at{state_.step, state_.epoch, state_.batch_in_epoch, rt_.rank};
-    const StepResult r = step_->run(loader, at, k, last_lr_);
-    if (r.found_inf.defined()) window_positions_[state_.step + 1] = at;
-    state_.batch_in_epoch += k;
-    afterStep(r, w);
-    if (state_.step % cfg_.train.log_every == 0 || state_.step == total_steps_)
-      logWindow(w, last_lr_);
+    const bool logs = (at.step + 1) % cfg_.train.log_every == 0 || at.step + 1 == total_steps_;
+    {
+      // LTRAIN_CUDA_SYNC_DEBUG: a step that does not log must not make the host wait.
+      NoHostSyncScope quiet(!logs);
+      const StepResult r = step_->run(loader, at, k, last_lr_);
+      if (r.found_inf.defined()) window_positions_[at.step + 1] = at;
+      state_.batch_in_epoch += k;
+      afterStep(r, w);
+    }
+    if (logs) logWindow(w, last_lr_);
     const bool epoch_done = state_.batch_in_epoch >= batches_per_epoch_;
     if (epoch_done) ++state_.epoch, state_.batch_in_epoch = 0;
     if (betweenSteps(epoch_done, w)) {
