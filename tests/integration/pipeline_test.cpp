@@ -49,6 +49,9 @@ TEST_CASE("a two-stage pipeline trains to the unsplit model's weights, alone and
     auto piped = run("pipeline");
     CHECK_THAT(piped.out + piped.err,
                Contains("pipeline of 2 stages, 4 micro-batches a batch: layers 0-"));
+    // Under DDP each stage's gradients go through a communicator of its own (one device each,
+    // as NCCL needs).
+    if (procs > 1) CHECK_THAT(piped.out, Contains("(2 communicators, one per stage)"));
     const double diff = ltrain::test::maxWeightDiff(
         dir / ("single" + std::to_string(procs) + "/model.safetensors"),
         dir / ("pipeline" + std::to_string(procs) + "/model.safetensors"));
