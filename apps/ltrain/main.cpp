@@ -19,6 +19,7 @@
 #include "ltrain/config/load.h"
 #include "ltrain/distributed/runtime.h"
 #include "ltrain/io/files.h"
+#include "ltrain/io/owned_dir.h"
 #include "ltrain/launch/launcher.h"
 #include "ltrain/sweep/sweep.h"
 
@@ -56,6 +57,8 @@ int trainLaunched(const Args& a) {
   auto lc = ltrain::config::loadConfig(a.config, a.overrides);
   ltrain::train::preflight(lc);
   auto rd = ltrain::train::prepareRunDir(lc, a.output_dir, a.overwrite, /*create=*/false);
+  // The launcher writes the workers' logs there before rank 0 prepares the rest: made ltrain's now.
+  ltrain::io::claimDir(rd.path, ltrain::io::DirKind::kRun);
   ltrain::launch::LaunchOptions lo = a.launch;
   lo.nproc_per_node = a.nproc;
   // A pipeline's worker drives one GPU per stage: --nproc-per-node gpu starts GPUs / stages.

@@ -156,10 +156,12 @@ TEST_CASE("every bad input exits 2 with one error line and leaves existing runs 
         port.emplace();
         vars["{port}"] = std::to_string(port->port());
       }
+      std::map<std::string, std::string> written;  // the user's files: none may change
       for (const auto& f : c["files"]) {
         const fs::path path = dir / f.first.as<std::string>();
         fs::create_directories(path.parent_path());
-        writeText(path, fileContent(f.second, vars));
+        written[path.string()] = fileContent(f.second, vars);
+        writeText(path, written[path.string()]);
       }
       std::vector<std::string> args;
       for (const auto& a : c["args"]) args.push_back(substitute(a.as<std::string>(), vars));
@@ -174,6 +176,11 @@ TEST_CASE("every bad input exits 2 with one error line and leaves existing runs 
         run = makeFinishedRun();  // so that the cases after this one are judged on their own
       }
       CHECK(r.exit_code == c["exit"].as<int>());
+      for (const auto& [path, content] : written) {
+        INFO("the case's own file " << path);
+        REQUIRE(fs::exists(path));
+        CHECK(ltrain::test::readText(path) == content);
+      }
       // Exactly one line on stderr (log lines go to stdout), and it is the error: no launcher
       // report around it, no backtrace, no "terminate called".
       const auto err = lines(r.err);

@@ -229,3 +229,25 @@ TEST_CASE("eval prints the test metrics of a checkpoint or a safetensors file") 
   CHECK(missing.exit_code == 2);
   CHECK_THAT(missing.err, Contains("--checkpoint '" + (dir / "nope.pt") + "' not found"));
 }
+
+TEST_CASE(
+    "a user's files in a run directory survive --overwrite, which removes only what ltrain wrote") {
+  TempDir dir;
+  writeText(dir / "c.yaml", "name: t\n");
+  const std::string run = dir / "run";
+  REQUIRE(runLtrain(synthetic(dir / "c.yaml", run, {"train.epochs=2"})).exit_code == 0);
+  CHECK(std::filesystem::exists(run + "/.ltrain"));
+  // The user keeps notes beside the run, and a plot inside its checkpoints folder.
+  writeText(run + "/notes.txt", "lr 0.1 looked fine\n");
+  writeText(run + "/checkpoints/plot.png", "PNG");
+  std::filesystem::create_directories(run + "/analysis");
+  writeText(run + "/analysis/table.csv", "a,b\n");
+  auto again = runLtrain(synthetic(dir / "c.yaml", run, {"train.epochs=1", "--overwrite"}));
+  INFO(again.err);
+  REQUIRE(again.exit_code == 0);
+  CHECK(readJson(run + "/summary.json")["steps"] == 8);
+  CHECK(!std::filesystem::exists(run + "/checkpoints/step-00000016.pt"));  // the old run's
+  CHECK(readText(run + "/notes.txt") == "lr 0.1 looked fine\n");
+  CHECK(readText(run + "/checkpoints/plot.png") == "PNG");
+  CHECK(readText(run + "/analysis/table.csv") == "a,b\n");
+}

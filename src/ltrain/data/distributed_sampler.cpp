@@ -27,7 +27,7 @@ DistributedSampler::DistributedSampler(int64_t dataset_size, int64_t world_size,
   total_size_ = num_samples_ * world_;
 }
 
-std::vector<int64_t> DistributedSampler::indices() const {
+std::vector<int64_t> DistributedSampler::indices(int64_t consumed) const {
   std::vector<int64_t> all(n_);
   if (shuffle_) {
     auto gen = at::detail::createCPUGenerator(seed_ + static_cast<uint64_t>(epoch_));
@@ -36,15 +36,22 @@ std::vector<int64_t> DistributedSampler::indices() const {
   } else {
     std::iota(all.begin(), all.end(), 0);
   }
+  // The positions ranks already took (strided dealing takes a prefix of the list) are gone; the
+  // rest is padded by repeating the list from its start (possibly several times) to a multiple
+  // of the world size, or truncated to one with drop_last. With nothing consumed this is
+  // exactly PyTorch's padding to total_size.
+  std::vector<int64_t> rest(all.begin() + std::min(consumed, n_), all.end());
+  const auto left = static_cast<int64_t>(rest.size());
   if (!drop_last_) {
-    // Pad by repeating the list from its start (possibly several times) up to total_size.
-    for (int64_t i = 0; static_cast<int64_t>(all.size()) < total_size_; ++i) all.push_back(all[i]);
+    for (int64_t i = 0; static_cast<int64_t>(rest.size()) % world_ != 0; ++i)
+      rest.push_back(all[i % n_]);
   } else {
-    all.resize(total_size_);
+    rest.resize(left / world_ * world_);
   }
   std::vector<int64_t> mine;
-  mine.reserve(num_samples_);
-  for (int64_t i = rank_; i < total_size_; i += world_) mine.push_back(all[i]);
+  mine.reserve(rest.size() / world_);
+  for (size_t i = static_cast<size_t>(rank_); i < rest.size(); i += static_cast<size_t>(world_))
+    mine.push_back(rest[i]);
   return mine;
 }
 

@@ -12,7 +12,11 @@ class DistributedSampler {
                      uint64_t seed = 0, bool drop_last = false);
   void setEpoch(int64_t epoch) { epoch_ = epoch; }
   int64_t numSamples() const { return num_samples_; }  // indices this rank gets per epoch
-  std::vector<int64_t> indices() const;
+  // This rank's indices of the epoch. `consumed`: the epoch's first positions that every rank of
+  // the run together already took (by a run that may have had another world size: a resume on
+  // more or fewer processes); the rest is dealt out over this world size, so that no example of
+  // the epoch is skipped or repeated beyond the padding.
+  std::vector<int64_t> indices(int64_t consumed = 0) const;
 
  private:
   int64_t n_, world_, rank_;

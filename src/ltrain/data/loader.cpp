@@ -36,13 +36,14 @@ Batch makeBatch(const Dataset& ds, const int64_t* indices, int64_t count, bool p
 
 Loader::Loader(const Dataset& ds, std::vector<int64_t> indices, int64_t batch_size, bool drop_last,
                int64_t num_workers, int64_t prefetch, int64_t first_batch, bool pin_memory,
-               Augment augment)
+               Augment augment, int64_t epoch_batch_offset)
     : ds_(ds),
       indices_(std::move(indices)),
       batch_size_(batch_size),
       num_batches_(batchesPerEpoch(static_cast<int64_t>(indices_.size()), batch_size, drop_last)),
       prefetch_(prefetch),
       next_batch_(first_batch),
+      epoch_batch_offset_(epoch_batch_offset),
       pin_(pin_memory),
       augment_(augment) {
   for (int64_t w = 0; w < num_workers; ++w) workers_.push_back(std::make_unique<Worker>());
@@ -65,7 +66,7 @@ Batch Loader::build(int64_t b) const {
   const int64_t start = b * batch_size_;
   const int64_t count =
       std::min<int64_t>(batch_size_, static_cast<int64_t>(indices_.size()) - start);
-  return makeBatch(ds_, indices_.data() + start, count, pin_, augment_, b);
+  return makeBatch(ds_, indices_.data() + start, count, pin_, augment_, epoch_batch_offset_ + b);
 }
 
 void Loader::work(size_t w) {

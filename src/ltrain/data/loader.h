@@ -30,9 +30,11 @@ class Loader {
  public:
   // Yields batches [first_batch, numBatches()) of `indices` in order. num_workers == 0 builds each
   // batch on the calling thread; otherwise batch b is built by worker b % num_workers.
+  // `epoch_batch_offset`: the epoch's batches this rank took before `indices` begin (a resumed
+  // epoch dealt out anew), so that batch b is augmented as the epoch's batch offset + b.
   Loader(const Dataset& ds, std::vector<int64_t> indices, int64_t batch_size, bool drop_last,
          int64_t num_workers, int64_t prefetch, int64_t first_batch = 0, bool pin_memory = false,
-         Augment augment = {});
+         Augment augment = {}, int64_t epoch_batch_offset = 0);
   ~Loader();
   Loader(const Loader&) = delete;
   Loader& operator=(const Loader&) = delete;
@@ -52,7 +54,7 @@ class Loader {
 
   const Dataset& ds_;
   std::vector<int64_t> indices_;
-  int64_t batch_size_, num_batches_, prefetch_, next_batch_;
+  int64_t batch_size_, num_batches_, prefetch_, next_batch_, epoch_batch_offset_;
   bool pin_;
   Augment augment_;
   std::vector<std::unique_ptr<Worker>> workers_;

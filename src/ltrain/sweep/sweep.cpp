@@ -23,6 +23,7 @@
 #include "ltrain/config/load.h"
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
+#include "ltrain/io/owned_dir.h"
 
 namespace fs = std::filesystem;
 
@@ -186,10 +187,8 @@ class Runner {
 
   void prepareDir() {
     std::error_code ec;
-    fs::create_directories(spec_.dir, ec);
-    if (ec || !fs::is_directory(spec_.dir))
-      throw UsageError(fmt::format("cannot create sweep directory '{}': {}", spec_.dir,
-                                   ec ? ec.message() : "not a directory"));
+    io::checkOwnable(spec_.dir, io::DirKind::kSweep);
+    io::claimDir(spec_.dir, io::DirKind::kSweep);
     YAML::Emitter y;
     y << YAML::BeginMap << YAML::Key << "base" << YAML::Value << fs::absolute(spec_.base).string();
     if (!spec_.source.empty())
@@ -283,7 +282,7 @@ class Runner {
 
   pid_t start(size_t i, int slot, int gpus) {
     const std::string dir = trialDir(i);
-    fs::create_directories(dir);
+    io::claimDir(dir, io::DirKind::kRun);  // its output.log goes in before the trial starts
     std::vector<std::string> argv{self_, "train", spec_.base};
     for (const auto& o : trialOverrides(i)) argv.push_back(o);
     argv.insert(argv.end(), {"--output-dir", dir});

@@ -147,6 +147,8 @@ void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::op
   ar.write("skipped_steps", torch::tensor(s.skipped_steps));
   ar.write("epoch_loss_sum", torch::tensor(s.epoch_loss_sum, torch::kDouble));
   ar.write("epoch_loss_count", torch::tensor(s.epoch_loss_count));
+  ar.write("epoch_examples", torch::tensor(s.epoch_examples));
+  ar.write("world_size", torch::tensor(s.world_size));
   {
     auto gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
@@ -220,6 +222,9 @@ LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
     ar.read("epoch_loss_sum", loss_sum);
     s.epoch_loss_sum = loss_sum.item<double>();
     s.epoch_loss_count = readInt(ar, "epoch_loss_count");
+    torch::Tensor t;
+    if (ar.try_read("epoch_examples", t)) s.epoch_examples = t.item<int64_t>();
+    if (ar.try_read("world_size", t)) s.world_size = t.item<int64_t>();
     torch::Tensor rng;
     ar.read("rng_cpu", rng);
     {

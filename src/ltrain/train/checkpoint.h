@@ -22,6 +22,11 @@ struct LoopState {
   int64_t skipped_steps = 0;  // steps skipped for inf/nan gradients
   double epoch_loss_sum = 0;  // the current epoch's training losses so far (for summary.json)
   int64_t epoch_loss_count = 0;
+  // Positions of the epoch's example order that all ranks together took, and the world size
+  // that took them: a resume on another number of processes deals out the rest of the epoch
+  // (-1: not recorded, the epoch's position is batch_in_epoch of a run of the same size).
+  int64_t epoch_examples = -1;
+  int64_t world_size = 0;
 };
 
 // Written atomically: a crash or a full disk leaves the previous checkpoint as it was.

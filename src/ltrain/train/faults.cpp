@@ -6,6 +6,7 @@
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 
 namespace ltrain::train {
 
@@ -18,6 +19,22 @@ Faults::Faults(const distributed::Runtime& rt) : my_rank_(rt.rank), armed_(rt.re
     step_[k] = std::atoll(spec);
     if (const char* colon = std::strchr(spec, ':')) rank_[k] = std::atoll(colon + 1);
   }
+  if (const char* dir = std::getenv("LTRAIN_TRACE_INDICES"))
+    trace_path_ = fmt::format("{}/rank{}.txt", dir, rt.rank);
+}
+
+void Faults::traceEpoch(int64_t epoch, const std::vector<int64_t>& indices) {
+  if (trace_path_.empty()) return;
+  trace_indices_ = indices, trace_next_ = 0, trace_epoch_ = epoch;
+}
+
+void Faults::traceStep(int64_t examples) {
+  if (trace_path_.empty()) return;
+  std::ofstream out(trace_path_, std::ios::app);
+  out << trace_epoch_;
+  for (int64_t i = 0; i < examples && trace_next_ < trace_indices_.size(); ++i)
+    out << ' ' << trace_indices_[trace_next_++];
+  out << '\n';
 }
 
 bool Faults::at(Kind k, int64_t step) const {

@@ -1,11 +1,15 @@
-// Failure injection for the failure tests, each LTRAIN_FAULT_<WHAT>_AT_STEP=STEP[:RANK] (rank 0
-// by default) and on the first attempt only (a restarted job runs through): KILL sends SIGKILL to
-// itself after that step, SIGNAL sends itself SIGTERM after it, NAN makes that step's loss nan,
-// HANG spins in that step's forward pass and STOP sends itself SIGSTOP there.
+// Test hooks. Failure injection for the failure tests, each LTRAIN_FAULT_<WHAT>_AT_STEP=STEP[:RANK]
+// (rank 0 by default) and on the first attempt only (a restarted job runs through): KILL sends
+// SIGKILL to itself after that step, SIGNAL sends itself SIGTERM after it, NAN makes that step's
+// loss nan, HANG spins in that step's forward pass and STOP sends itself SIGSTOP there.
+// LTRAIN_TRACE_INDICES=DIR: each rank appends the example indices of every step to
+// DIR/rank<R>.txt ("<epoch> <index>..." a line), for the tests of resuming on another world size.
 #pragma once
 #include <torch/types.h>
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "ltrain/distributed/runtime.h"
 
@@ -18,8 +22,15 @@ class Faults {
   void duringStep(int64_t step, torch::Tensor& loss) const;
   // After step `step`: KILL, SIGNAL.
   void afterStep(int64_t step) const;
+  // The epoch's indices for this rank, then each step's example count: LTRAIN_TRACE_INDICES.
+  void traceEpoch(int64_t epoch, const std::vector<int64_t>& indices);
+  void traceStep(int64_t examples);
 
  private:
+  std::string trace_path_;
+  std::vector<int64_t> trace_indices_;
+  size_t trace_next_ = 0;
+  int64_t trace_epoch_ = 0;
   enum Kind { kKill, kNan, kSignal, kHang, kStop, kKinds };
   bool at(Kind k, int64_t step) const;
   int64_t step_[kKinds], rank_[kKinds];

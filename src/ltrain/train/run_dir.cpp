@@ -8,6 +8,7 @@
 #include "ltrain/config/emit.h"
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
+#include "ltrain/io/owned_dir.h"
 #include "ltrain/train/checkpoint.h"
 
 namespace fs = std::filesystem;
@@ -29,8 +30,9 @@ RunDir prepareRunDir(const config::LoadedConfig& lc, const std::string& output_d
   RunDir rd;
   rd.path = output_dir_flag.empty() ? cfg.output_dir + "/" + cfg.name : output_dir_flag;
   std::error_code ec;
-  if (fs::exists(rd.path, ec) && !fs::is_directory(rd.path, ec))
-    throw UsageError(fmt::format("run directory '{}' exists and is not a directory", rd.path));
+  // A directory ltrain did not make (a user's files, another tool's config.yaml or summary.json)
+  // is refused whole, before anything is read from it or written to it.
+  io::checkOwnable(rd.path, io::DirKind::kRun);
 
   const std::string status = runStatus(rd.path);
   const auto newest = newestCheckpoint(rd.checkpoints());
@@ -39,11 +41,9 @@ RunDir prepareRunDir(const config::LoadedConfig& lc, const std::string& output_d
   if (explicit_ckpt && !fs::is_regular_file(cfg.train.resume, ec))
     throw UsageError(fmt::format("train.resume: checkpoint file '{}' not found", cfg.train.resume));
   if (overwrite) {
-    if (create && fs::exists(rd.path, ec)) {
-      // Asked for: the old run's files go, the directory itself stays.
-      for (const auto& e : fs::directory_iterator(rd.path))
-        if (keep.empty() || e.path().filename() != keep) fs::remove_all(e.path());
-    }
+    // Asked for: what ltrain wrote there goes (all but `keep`: the launcher's logs of this very
+    // run); anything else stays, and the directory with it.
+    if (create) io::removeOwned(rd.path, keep);
   } else if (status == "completed") {
     throw UsageError(
         fmt::format("run directory '{}' holds a finished run; pass --overwrite to replace "
@@ -62,6 +62,7 @@ RunDir prepareRunDir(const config::LoadedConfig& lc, const std::string& output_d
   if (explicit_ckpt) rd.resume_from = cfg.train.resume;
 
   if (create) {
+    io::claimDir(rd.path, io::DirKind::kRun);
     fs::create_directories(rd.checkpoints(), ec);
     if (ec || !fs::is_directory(rd.checkpoints()))
       throw UsageError(fmt::format("cannot create run directory '{}': {}", rd.path, ec.message()));

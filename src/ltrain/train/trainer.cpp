@@ -53,6 +53,7 @@ class Trainer {
 
  private:
   void prepare(const config::LoadedConfig& lc, const TrainRequest& req);
+  void adoptWorldSize();
   void announce();
   void runEpoch();
   void afterStep(const StepResult& r, Window& w);
@@ -76,7 +77,9 @@ class Trainer {
   data::Splits splits_;
   models::Classifier model_{nullptr};
   std::unique_ptr<data::DistributedSampler> sampler_;
-  int64_t batches_per_epoch_ = 0, total_steps_ = 0;
+  int64_t batches_per_epoch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
+  int64_t epoch_batches_ = 0;  // this rank's batches in the current epoch (a resumed one: its
+                               // earlier ones plus those dealt out anew)
   std::shared_ptr<distributed::ProcessGroup> pg_;
   RunDir run_;
   LoopState state_;
@@ -129,9 +132,8 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
         fmt::format("data.batch_size {} with data.drop_last leaves no batch from the {} "
                     "training examples per process",
                     cfg_.data.batch_size, sampler_->numSamples()));
-  const int64_t steps_per_epoch =
-      (batches_per_epoch_ + cfg_.train.grad_accum - 1) / cfg_.train.grad_accum;
-  total_steps_ = cfg_.train.epochs * steps_per_epoch;
+  steps_per_epoch_ = (batches_per_epoch_ + cfg_.train.grad_accum - 1) / cfg_.train.grad_accum;
+  total_steps_ = cfg_.train.epochs * steps_per_epoch_;
   if (cfg_.train.max_steps > 0) total_steps_ = std::min(total_steps_, cfg_.train.max_steps);
 
   // A single launched worker with an explicit dist.backend joins a group of one too: the
@@ -146,6 +148,7 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   auto whole = make_optimizer(model_->parameters());  // what a checkpoint's state loads into
   const auto resumed = resumeIfAny(run_, *model_, *whole, devices_.main, rt_, pg_.get(), reporter_);
   if (resumed) state_ = *resumed;
+  adoptWorldSize();
   if (resumed && scaler_.enabled() && state_.loss_scale > 0)
     scaler_.restore(state_.loss_scale, state_.scale_growth_tracker);
   placeModel(model_, cfg_.model, devices_);
@@ -162,6 +165,31 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   tally_ = std::make_unique<LossTally>(devices_.main, state_.epoch_loss_sum,
                                        state_.epoch_loss_count, state_.skipped_steps);
   reporter_.open(run_.path, resumed ? state_.step : 0, resumed.has_value());
+}
+
+// The epoch's position is kept in examples: a checkpoint written by another number of processes
+// resumes with the rest of its epoch dealt out over this world size (no example skipped or seen
+// twice), and the run's length in steps, the schedule's, recomputed for it.
+void Trainer::adoptWorldSize() {
+  const int64_t b = cfg_.data.batch_size, w = rt_.world_size;
+  if (state_.epoch_examples < 0)  // not recorded (an older checkpoint): a run of this size
+    state_.epoch_examples = state_.batch_in_epoch * b * w;
+  const int64_t written_by = state_.world_size > 0 ? state_.world_size : w;
+  state_.world_size = w;
+  if (written_by == w) return;
+  sampler_->setEpoch(state_.epoch);
+  const auto rest = static_cast<int64_t>(sampler_->indices(state_.epoch_examples).size());
+  const int64_t left_batches = data::batchesPerEpoch(rest, b, cfg_.data.drop_last);
+  const int64_t left_steps = (left_batches + cfg_.train.grad_accum - 1) / cfg_.train.grad_accum;
+  const int64_t before = total_steps_;
+  total_steps_ =
+      state_.step + left_steps + (cfg_.train.epochs - state_.epoch - 1) * steps_per_epoch_;
+  if (cfg_.train.max_steps > 0) total_steps_ = std::min(total_steps_, cfg_.train.max_steps);
+  reporter_.info(fmt::format(
+      "resuming on {} process(es) a checkpoint written by {}: {} examples of epoch {} were done, "
+      "the rest is dealt over {} ranks ({} steps); then {} steps an epoch, {} in all (was {})",
+      w, written_by, state_.epoch_examples, state_.epoch + 1, w, left_steps, steps_per_epoch_,
+      total_steps_, before));
 }
 
 void Trainer::announce() {
@@ -223,12 +251,19 @@ void Trainer::runEpoch() {
   if (splits_.train.tokens)  // this epoch's cut of the text into blocks
     data::shiftBlocks(splits_.train, data::blockOffset(static_cast<uint64_t>(cfg_.seed),
                                                        state_.epoch, cfg_.model.block_size));
+  // The epoch's order without what all ranks already took of it (a resumed epoch).
+  auto indices = sampler_->indices(state_.epoch_examples);
+  epoch_batches_ =
+      state_.batch_in_epoch + data::batchesPerEpoch(static_cast<int64_t>(indices.size()),
+                                                    cfg_.data.batch_size, cfg_.data.drop_last);
+  faults_.traceEpoch(state_.epoch, indices);
   data::Loader loader(
-      splits_.train, sampler_->indices(), cfg_.data.batch_size, cfg_.data.drop_last,
-      cfg_.data.num_workers, cfg_.data.prefetch, state_.batch_in_epoch,
+      splits_.train, std::move(indices), cfg_.data.batch_size, cfg_.data.drop_last,
+      cfg_.data.num_workers, cfg_.data.prefetch, /*first_batch=*/0,
       /*pin_memory=*/devices_.main.is_cuda(),
       data::Augment{cfg_.data.augment == config::Augment::kCropFlip, cfg_.data.augment_pad,
-                    data::augmentSeed(static_cast<uint64_t>(cfg_.seed), rt_.rank, state_.epoch)});
+                    data::augmentSeed(static_cast<uint64_t>(cfg_.seed), rt_.rank, state_.epoch)},
+      /*epoch_batch_offset=*/state_.batch_in_epoch);
   if (state_.batch_in_epoch == 0) {
     state_.epoch_loss_sum = 0, state_.epoch_loss_count = 0;
     tally_->startEpoch();
@@ -236,7 +271,7 @@ void Trainer::runEpoch() {
   model_->train();
   Window w;
   while (state_.step < total_steps_) {
-    const int64_t k = std::min(cfg_.train.grad_accum, batches_per_epoch_ - state_.batch_in_epoch);
+    const int64_t k = std::min(cfg_.train.grad_accum, epoch_batches_ - state_.batch_in_epoch);
     if (k <= 0) break;
     if (pg_)
       pg_->watchdog().setStep(state_.step), pg_->watchdog().setPhase(distributed::Phase::kCompute);
@@ -249,11 +284,13 @@ void Trainer::runEpoch() {
       const StepResult r = step_->run(loader, at, k, last_lr_);
       if (r.found_inf.defined()) window_positions_[at.step + 1] = at;
       state_.batch_in_epoch += k;
+      state_.epoch_examples += r.samples * rt_.world_size;
+      faults_.traceStep(r.samples);
       afterStep(r, w);
     }
     if (logs) logWindow(w, last_lr_);
-    const bool epoch_done = state_.batch_in_epoch >= batches_per_epoch_;
-    if (epoch_done) ++state_.epoch, state_.batch_in_epoch = 0;
+    const bool epoch_done = state_.batch_in_epoch >= epoch_batches_;
+    if (epoch_done) ++state_.epoch, state_.batch_in_epoch = 0, state_.epoch_examples = 0;
     if (betweenSteps(epoch_done, w)) {
       if (w.steps > 0) logWindow(w, last_lr_);  // the stopped window's steps are reported too
       return;
