@@ -15,6 +15,7 @@
 #include "ltrain/common/error_report.h"
 
 #include "ltrain/common/errors.h"
+#include "ltrain/common/stop_signal.h"
 #include "ltrain/config/emit.h"
 #include "ltrain/config/load.h"
 #include "ltrain/distributed/runtime.h"
@@ -256,6 +257,9 @@ int main(int argc, char** argv) {
     if (app.got_subcommand(launch)) return ltrain::launch::runLauncher(lo);
     if (app.got_subcommand(eval)) return cmdEval(a);
     return cmdConfig(a);
+  } catch (const ltrain::Interrupted& e) {
+    spdlog::warn("{}", e.what());  // a stop request, not an error: exit 128 + signal, as torchrun
+    return 128 + e.signal;
   } catch (const ltrain::UsageError& e) {
     return fail(2, oneLine(e.what()));
   } catch (const c10::Error& e) {

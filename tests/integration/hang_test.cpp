@@ -2,9 +2,12 @@
 // it, the launcher ends the job, and no process of the job is left behind.
 #include <catch2/catch.hpp>
 
+#include <filesystem>
+
 #include <chrono>
 #include <thread>
 
+#include "ltrain/io/json.h"
 #include "support/process.h"
 #include "support/run_files.h"
 #include "test_paths.h"
@@ -18,6 +21,7 @@ struct Outcome {
   ltrain::test::ProcessResult result;
   double seconds = 0;
   std::vector<int> groups;  // the workers' process groups, seen while they ran
+  std::string summary;      // summary.json as the job left it
 };
 
 Outcome runHanging(const std::string& fault, const std::string& spec) {
@@ -37,6 +41,8 @@ Outcome runHanging(const std::string& fault, const std::string& spec) {
     o.groups = ltrain::test::childGroups(job.pid());
   }
   o.result = job.wait();
+  if (std::filesystem::exists(dir / "run/summary.json"))
+    o.summary = ltrain::test::readText(dir / "run/summary.json");
   o.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return o;
 }
@@ -60,6 +66,11 @@ TEST_CASE("a rank stuck in an endless loop is named as alive but not communicati
   CHECK(o.result.exit_code == 1);
   CHECK_THAT(o.result.err, Contains("rank(s) 2 are alive but not communicating (rank 2 is "
                                     "computing at step 5)"));
+  // Rank 0 waited and timed out: summary.json says the run failed, and why, not "running".
+  REQUIRE(!o.summary.empty());
+  const auto s = ltrain::io::Json::parse(o.summary);
+  CHECK(s["status"] == "failed");
+  CHECK_THAT(s["error"].get<std::string>(), Contains("alive but not communicating"));
   CHECK(o.seconds < 40);
   REQUIRE(o.groups.size() == 3);
   for (int g : o.groups) CHECK(!ltrain::test::groupAlive(g));

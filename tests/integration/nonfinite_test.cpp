@@ -70,3 +70,20 @@ TEST_CASE("train.nonfinite=stop names the step and the batches, on every rank", 
   CHECK_THAT(one.err, Contains("ltrain: error: gradients are not finite at step 7 (epoch 1, "
                                "batches 6-6 of the epoch; loss on rank 0: nan)"));
 }
+
+TEST_CASE("a skipped step leaves batch norm's statistics as they were before it") {
+  // NaN inputs at step 3: the forward pass would have put nan into the running statistics, and
+  // every evaluation after it would be nan.
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "model: {name: cnn, channels: [4], fc: [8]}\n");
+  auto args = ltrain::test::syntheticRun(dir / "c.yaml", dir / "run",
+                                         {"train.nonfinite=skip", "train.epochs=2"});
+  args.erase(std::find(args.begin(), args.end(), "model.hidden=[16]"));
+  auto r = runLtrain(args, {{"LTRAIN_FAULT_NAN_INPUT_AT_STEP", "3"}});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto s = ltrain::test::readJson(dir / "run/summary.json");
+  CHECK(s["skipped_steps"] == 1);
+  // Evaluated with the running statistics: nan (written as null) had they kept the nan batch.
+  CHECK(s["test_loss"].is_number());
+}

@@ -340,7 +340,9 @@ std::vector<Option> buildSchema() {
              "or a checkpoint file",
              S("auto")),
       LT_OPT(train.keep_checkpoints,
-             "Keep the newest K checkpoints, deleting older ones; 0: keep all", int64_t{0})
+             "Keep the newest K checkpoints, deleting older ones (a corrupt newest one falls back "
+             "to the one before); 0: keep all",
+             int64_t{3})
           .atLeast(0),
       LT_OPT(train.threads, "Intra-op CPU threads per process; 0: torch's default", int64_t{0})
           .atLeast(0),

@@ -14,6 +14,7 @@
 
 #include "ltrain/common/error_report.h"
 #include "ltrain/common/errors.h"
+#include "ltrain/common/stop_signal.h"
 #include "ltrain/distributed/sockets.h"
 
 namespace ltrain::distributed {
@@ -84,11 +85,14 @@ std::shared_ptr<ProcessGroup> ProcessGroup::connect(const Runtime& rt,
   // A short store timeout for it: a stopped store host must not stall the heartbeat for the
   // whole dist.timeout_s.
   const Ms beat_timeout = std::max(Ms(1000), 2 * Watchdog::periodFor(c->timeout_));
-  c->watchdog_ = std::make_shared<Watchdog>(openStore(rt, beat_timeout, false), rt.rank,
-                                            rt.world_size, c->timeout_, [](const std::string& m) {
-                                              reportError(m);
-                                              std::_Exit(1);  // the launcher ends the rest
-                                            });
+  c->before_hang_exit_ = std::make_shared<std::function<void(const std::string&)>>();
+  c->watchdog_ =
+      std::make_shared<Watchdog>(openStore(rt, beat_timeout, false), rt.rank, rt.world_size,
+                                 c->timeout_, [hook = c->before_hang_exit_](const std::string& m) {
+                                   if (*hook) (*hook)(m);  // summary.json says failed, and why
+                                   reportError(m);
+                                   std::_Exit(1);  // the launcher ends the rest
+                                 });
 
   c->backend_ = c->makeBackend("pg", device);
   return c;
@@ -153,6 +157,7 @@ void ProcessGroup::barrier(const std::string& name) {
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   auto sleep = Ms(1);
   while (arrived < rt_.world_size) {
+    StopSignal::checkpoint(fmt::format("while waiting for the other ranks at '{}'", name));
     if (std::chrono::steady_clock::now() >= deadline) {
       std::string missing;
       for (int64_t r = 0; r < rt_.world_size; ++r)

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,11 @@ class ProcessGroup {
   std::string backendName() const { return backend_name_; }
   // Hang detection (see watchdog.h); the training loop reports its step and phase to it.
   Watchdog& watchdog() { return *watchdog_; }
+  // Runs on the watchdog's thread just before it ends the process for a hang (the main thread
+  // is stuck in a collective): to record the failure. It must not wait for the device.
+  void beforeHangExit(std::function<void(const std::string&)> f) {
+    *before_hang_exit_ = std::move(f);
+  }
 
   // Waits for a collective. Gloo (CPU): up to dist.timeout_s, seen by the watchdog as
   // communication. NCCL (CUDA): stream-ordered, so the host does not stall: the current stream
@@ -59,6 +65,7 @@ class ProcessGroup {
   std::chrono::milliseconds timeout_{0};
   std::string backend_name_;
   std::shared_ptr<Watchdog> watchdog_;
+  std::shared_ptr<std::function<void(const std::string&)>> before_hang_exit_;
 
   c10::intrusive_ptr<c10d::Backend> makeBackend(const std::string& prefix,
                                                 c10::Device device) const;

@@ -121,7 +121,8 @@ class Launcher {
       if (g_signal) {
         const int sig = g_signal;
         say(fmt::format("got signal {}; stopping the workers", sig));
-        stopAll(sig);
+        // SIGHUP (a closed terminal, a dropped ssh session) as SIGTERM: the workers checkpoint.
+        stopAll(sig == SIGHUP ? SIGTERM : sig);
         // A signal during the last eval or checkpoint: the workers finished all the same.
         bool all_done = true;
         for (const auto& w : workers_) all_done = all_done && w.pid > 0 && !failed(w.status);

@@ -11,7 +11,7 @@
 namespace ltrain::train {
 
 Faults::Faults(const distributed::Runtime& rt) : my_rank_(rt.rank), armed_(rt.restart_count == 0) {
-  const char* names[kKinds] = {"KILL", "NAN", "SIGNAL", "HANG", "STOP"};
+  const char* names[kKinds] = {"KILL", "NAN", "SIGNAL", "HANG", "STOP", "NAN_INPUT"};
   for (int k = 0; k < kKinds; ++k) {
     step_[k] = -1, rank_[k] = 0;
     const char* spec = std::getenv(fmt::format("LTRAIN_FAULT_{}_AT_STEP", names[k]).c_str());
@@ -39,6 +39,10 @@ void Faults::traceStep(int64_t examples) {
 
 bool Faults::at(Kind k, int64_t step) const {
   return armed_ && step_[k] == step && rank_[k] == my_rank_;
+}
+
+void Faults::beforeForward(int64_t step, torch::Tensor& inputs) const {
+  if (at(kNanInput, step)) inputs = inputs * std::nan("");
 }
 
 void Faults::duringStep(int64_t step, torch::Tensor& loss) const {

@@ -1,7 +1,8 @@
 // Test hooks. Failure injection for the failure tests, each LTRAIN_FAULT_<WHAT>_AT_STEP=STEP[:RANK]
 // (rank 0 by default) and on the first attempt only (a restarted job runs through): KILL sends
 // SIGKILL to itself after that step, SIGNAL sends itself SIGTERM after it, NAN makes that step's
-// loss nan, HANG spins in that step's forward pass and STOP sends itself SIGSTOP there.
+// loss nan, NAN_INPUT that step's inputs (so that batch norm's statistics see it too), HANG spins
+// in that step's forward pass and STOP sends itself SIGSTOP there.
 // LTRAIN_TRACE_INDICES=DIR: each rank appends the example indices of every step to
 // DIR/rank<R>.txt ("<epoch> <index>..." a line), for the tests of resuming on another world size.
 #pragma once
@@ -18,7 +19,8 @@ namespace ltrain::train {
 class Faults {
  public:
   explicit Faults(const distributed::Runtime& rt);  // reads the environment once
-  // During step `step` (1-based), after its loss: NAN, STOP, HANG.
+  // During step `step` (1-based), before its forward: NAN_INPUT; after its loss: NAN, STOP, HANG.
+  void beforeForward(int64_t step, torch::Tensor& inputs) const;
   void duringStep(int64_t step, torch::Tensor& loss) const;
   // After step `step`: KILL, SIGNAL.
   void afterStep(int64_t step) const;
@@ -31,7 +33,7 @@ class Faults {
   std::vector<int64_t> trace_indices_;
   size_t trace_next_ = 0;
   int64_t trace_epoch_ = 0;
-  enum Kind { kKill, kNan, kSignal, kHang, kStop, kKinds };
+  enum Kind { kKill, kNan, kSignal, kHang, kStop, kNanInput, kKinds };
   bool at(Kind k, int64_t step) const;
   int64_t step_[kKinds], rank_[kKinds];
   int64_t my_rank_;

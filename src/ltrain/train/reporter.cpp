@@ -19,9 +19,9 @@ double wallTime() {
 
 Reporter::Reporter(bool main_rank) : main_(main_rank), bar_(main_rank) {}
 
-void Reporter::open(const std::string& run_dir, int64_t resume_step, bool resumed) {
+void Reporter::open(int64_t resume_step, bool resumed) {
   if (!main_) return;
-  run_dir_ = run_dir;
+  const std::string& run_dir = run_dir_;
   // A start from scratch (step 0) drops what an attempt that died before its first checkpoint
   // logged: found by tests/soak/kill_soak.sh.
   metrics_.open(run_dir + "/metrics.jsonl", resume_step);
@@ -48,7 +48,7 @@ void Reporter::progress(int64_t epoch, int64_t epochs, int64_t step, int64_t tot
 }
 
 void Reporter::train(const TrainReport& r) {
-  if (!main_) return;
+  if (!main_ || !tensorboard_) return;
   const bool tokens = r.tokens_per_sample > 1;
   // On a terminal the bar says this; elsewhere a log line does.
   if (!bar_.enabled())
@@ -81,7 +81,7 @@ void Reporter::train(const TrainReport& r) {
 }
 
 void Reporter::evaluation(const EvalReport& r) {
-  if (!main_) return;
+  if (!main_ || !tensorboard_) return;
   bar_.clear();
   // Language models: perplexity, exp of the mean per-token loss in nats.
   const double perplexity = std::exp(r.loss);

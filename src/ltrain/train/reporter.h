@@ -45,9 +45,11 @@ class Reporter {
  public:
   // `run_dir` empty: a silent reporter (ranks other than 0).
   explicit Reporter(bool main_rank);
+  // Where summary.json goes (known once rank 0 prepared the run directory).
+  void setRunDir(const std::string& run_dir) { run_dir_ = run_dir; }
   // Opens metrics.jsonl (dropping records after `resume_step`, all of them when starting from
-  // step 0) and the TensorBoard file of `run_dir`.
-  void open(const std::string& run_dir, int64_t resume_step, bool resumed);
+  // step 0) and the TensorBoard file of the run directory.
+  void open(int64_t resume_step, bool resumed);
   bool active() const { return main_; }
 
   void info(const std::string& line);

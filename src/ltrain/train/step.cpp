@@ -14,7 +14,29 @@ namespace ltrain::train {
 TrainStep::TrainStep(const config::ExperimentConfig& cfg, models::Classifier& model,
                      const Devices& devices, distributed::GradientSync& sync, GradScaler& scaler,
                      const Faults& faults)
-    : cfg_(cfg), model_(model), devices_(devices), sync_(sync), scaler_(scaler), faults_(faults) {}
+    : cfg_(cfg), model_(model), devices_(devices), sync_(sync), scaler_(scaler), faults_(faults) {
+  // Only where a step can be skipped rather than stop the run.
+  if (cfg.train.nonfinite == config::NonFinite::kSkip || scaler.enabled())
+    for (auto& b : model->buffers())
+      if (b.is_floating_point()) buffers_.push_back(b), snapshot_.push_back(torch::empty_like(b));
+}
+
+void TrainStep::snapshotBuffers() {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < buffers_.size(); ++i) snapshot_[i].copy_(buffers_[i]);
+}
+
+// `found_inf` undefined: the step is known skipped; else only where the flag is set.
+void TrainStep::restoreBuffers(const torch::Tensor& found_inf) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < buffers_.size(); ++i) {
+    if (!found_inf.defined())
+      buffers_[i].copy_(snapshot_[i]);
+    else
+      buffers_[i].copy_(torch::where(found_inf.reshape({}).to(buffers_[i].device()) > 0,
+                                     snapshot_[i], buffers_[i]));
+  }
+}
 
 StepResult TrainStep::run(data::Loader& loader, const StepPosition& at, int64_t micro_batches,
                           double lr) {
@@ -23,7 +45,8 @@ StepResult TrainStep::run(data::Loader& loader, const StepPosition& at, int64_t 
   for (int64_t i = 0; i < micro_batches; ++i) {
     const data::Batch b = nextBatch(loader, r);
     sync_.beforeForward(/*first=*/i == 0, /*last=*/i == micro_batches - 1);
-    torch::Tensor loss = forwardLoss(b);
+    if (i == 0) snapshotBuffers();
+    torch::Tensor loss = forwardLoss(b, at.step + 1);
     faults_.duringStep(at.step + 1, loss);
     backward(loss, micro_batches);
     r.loss += loss.detach().to(devices_.main) / micro_batches;
@@ -37,6 +60,8 @@ StepResult TrainStep::run(data::Loader& loader, const StepPosition& at, int64_t 
   if (!r.found_inf.is_cuda()) {  // reading the flag costs nothing off the GPU: decide now
     if (r.found_inf.item<float>() != 0.f) return skip(std::move(r), at, micro_batches);
     r.found_inf = torch::Tensor();
+  } else {
+    restoreBuffers(r.found_inf);  // on the device, where the flag is
   }
   if (cfg_.train.clip_grad_norm > 0) sync_.clipGradNorm(cfg_.train.clip_grad_norm);
   sync_.optimizerStep(lr, r.found_inf);
@@ -51,8 +76,9 @@ data::Batch TrainStep::nextBatch(data::Loader& loader, StepResult& r) {
   return b;
 }
 
-torch::Tensor TrainStep::forwardLoss(const data::Batch& b) {
+torch::Tensor TrainStep::forwardLoss(const data::Batch& b, int64_t step) {
   auto x = b.inputs.to(devices_.main, /*non_blocking=*/true);
+  faults_.beforeForward(step, x);
   auto y = b.targets.to(devices_.main, /*non_blocking=*/true);
   AutocastScope autocast(cfg_.train.precision, devices_.main.type());
   return crossEntropy(forward(model_, x, devices_).to(torch::kFloat), y);
@@ -75,6 +101,7 @@ StepResult TrainStep::skip(StepResult r, const StepPosition& at, int64_t micro_b
         at.step + 1, at.epoch + 1, at.batch_in_epoch, at.batch_in_epoch + micro_batches - 1,
         at.rank, r.loss.item<double>()));
   sync_.discardGradients();
+  restoreBuffers(torch::Tensor());
   r.skipped = true;
   r.found_inf = torch::Tensor();
   return r;

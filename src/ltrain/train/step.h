@@ -45,7 +45,9 @@ class TrainStep {
 
  private:
   data::Batch nextBatch(data::Loader& loader, StepResult& r);
-  torch::Tensor forwardLoss(const data::Batch& b);
+  torch::Tensor forwardLoss(const data::Batch& b, int64_t step);
+  void snapshotBuffers();
+  void restoreBuffers(const torch::Tensor& found_inf);
   void backward(const torch::Tensor& loss, int64_t micro_batches);
   StepResult skip(StepResult r, const StepPosition& at, int64_t micro_batches);
 
@@ -55,6 +57,8 @@ class TrainStep {
   distributed::GradientSync& sync_;
   GradScaler& scaler_;
   const Faults& faults_;
+  // Batch norm's statistics before the step: a skipped step's forward must not leave them.
+  std::vector<torch::Tensor> buffers_, snapshot_;
 };
 
 }  // namespace ltrain::train

@@ -1,5 +1,7 @@
 #include "ltrain/train/stop_vote.h"
 
+#include "ltrain/common/stop_signal.h"
+
 #include <c10/core/impl/VirtualGuardImpl.h>
 #include <torch/torch.h>
 
@@ -8,40 +10,6 @@
 #include <thread>
 
 namespace ltrain::train {
-namespace {
-
-volatile sig_atomic_t g_pending = 0;
-struct sigaction g_old_term, g_old_int;
-
-void onStopSignal(int sig) {
-  if (sig == SIGINT && g_pending == SIGINT) {
-    // Ctrl-C twice: the user wants out now.
-    signal(SIGINT, SIG_DFL);
-    raise(SIGINT);
-    return;
-  }
-  if (g_pending == 0) g_pending = sig;
-}
-
-}  // namespace
-
-StopSignal::StopSignal() {
-  struct sigaction sa {};
-  sa.sa_handler = onStopSignal;
-  sigemptyset(&sa.sa_mask);
-  sa.sa_flags = SA_RESTART;  // a blocked read or wait goes on; the loop looks at the flag
-  sigaction(SIGTERM, &sa, &g_old_term);
-  sigaction(SIGINT, &sa, &g_old_int);
-}
-
-StopSignal::~StopSignal() {
-  sigaction(SIGTERM, &g_old_term, nullptr);
-  sigaction(SIGINT, &g_old_int, nullptr);
-}
-
-int StopSignal::pending() {
-  return g_pending;
-}
 
 void StopVote::fill(float* slots) {
   const int sig = StopSignal::pending();

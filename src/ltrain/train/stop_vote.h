@@ -1,7 +1,6 @@
-// SIGTERM and SIGINT as a request to stop at the end of the current step (train.on_signal), so
-// that a preempted job loses nothing beyond its last step; and the vote that makes every rank
-// stop after the same step: each rank's pending signal rides, summed over ranks, on the step's
-// last collective (GradientSync's extra scalars).
+// The stop vote that makes every rank stop after the same step: each rank's pending signal
+// (common/stop_signal.h) rides, summed over ranks, on the step's last collective (GradientSync's
+// extra scalars).
 #pragma once
 #include <c10/core/Event.h>
 #include <torch/types.h>
@@ -10,19 +9,6 @@
 #include <memory>
 
 namespace ltrain::train {
-
-class StopSignal {
- public:
-  // Replaces the SIGTERM/SIGINT handlers until destruction. A repeated SIGTERM is the same request
-  // (cluster managers and the launcher both deliver one); a second SIGINT (Ctrl-C twice) kills.
-  StopSignal();
-  ~StopSignal();
-  StopSignal(const StopSignal&) = delete;
-  StopSignal& operator=(const StopSignal&) = delete;
-
-  // The first signal received (SIGTERM or SIGINT), or 0.
-  static int pending();
-};
 
 class StopVote {
  public:

@@ -12,6 +12,7 @@
 
 #include "ltrain/common/errors.h"
 #include "ltrain/common/memory.h"
+#include "ltrain/common/stop_signal.h"
 #include "ltrain/data/distributed_sampler.h"
 #include "ltrain/data/loader.h"
 #include "ltrain/data/text.h"
@@ -64,13 +65,14 @@ class Trainer {
   Summary finish(double wall_s, double samples_per_s);
   Summary stopOnSignal(double wall_s);
   void writeSummary(const std::string& status, double wall_s, double samples_per_s,
-                    const std::string& error);
+                    const std::string& error, bool read_device = true);
   double epochLossMean();
   void readTally();
   void stopOnDeferredNonFinite();
 
   const config::ExperimentConfig& cfg_;
   distributed::Runtime rt_;
+  StopSignal stop_requests_;  // from the start: SIGTERM while starting ends it "interrupted"
   Faults faults_;
   Reporter reporter_;
   Devices devices_;
@@ -101,7 +103,12 @@ class Trainer {
 Trainer::Trainer(const config::LoadedConfig& lc, const TrainRequest& req,
                  const distributed::Runtime& rt)
     : cfg_(lc.cfg), rt_(rt), faults_(rt), reporter_(rt.isMain()) {
-  prepare(lc, req);
+  try {
+    prepare(lc, req);
+  } catch (const Interrupted& e) {
+    writeSummary("interrupted", 0, 0, e.what(), /*read_device=*/false);
+    throw;
+  }
   announce();
 }
 
@@ -120,6 +127,7 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   bindDevice(devices_.main);
   distributed::chooseBackend(cfg_.dist.backend, devices_.main);  // fails now if it cannot serve
   splits_ = data::loadDataset(cfg_.data, static_cast<uint64_t>(cfg_.seed), cfg_.model.block_size);
+  StopSignal::checkpoint("while loading the data");
   torch::manual_seed(static_cast<uint64_t>(cfg_.seed));
   model_ = models::build(cfg_.model, splits_.train.exampleShape(), splits_.train.num_classes);
   if (!cfg_.model.init_from.empty()) io::loadModuleState(*model_, cfg_.model.init_from);
@@ -142,6 +150,12 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   if (rt_.distributed() || launched_alone)
     pg_ = distributed::ProcessGroup::connect(rt_, cfg_.dist, devices_.main);
   run_ = agreeOnRunDir(lc, req, rt_, pg_.get());
+  reporter_.setRunDir(run_.path);
+  if (pg_)  // a hang ends this process from the watchdog's thread: summary.json says why first
+    pg_->beforeHangExit([this](const std::string& why) {
+      writeSummary("failed", secondsSince(run_start_), 0, why, /*read_device=*/false);
+    });
+  StopSignal::checkpoint("while preparing the run directory");
   auto make_optimizer = [this](std::vector<torch::Tensor> p) {
     return makeOptimizer(cfg_.optimizer, std::move(p));
   };
@@ -164,7 +178,8 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   scaler_.to(devices_.main);
   tally_ = std::make_unique<LossTally>(devices_.main, state_.epoch_loss_sum,
                                        state_.epoch_loss_count, state_.skipped_steps);
-  reporter_.open(run_.path, resumed ? state_.step : 0, resumed.has_value());
+  StopSignal::checkpoint("while resuming");
+  reporter_.open(resumed ? state_.step : 0, resumed.has_value());
 }
 
 // The epoch's position is kept in examples: a checkpoint written by another number of processes
@@ -219,7 +234,6 @@ Summary Trainer::run() {
   const auto start = Clock::now();
   double train_seconds = 0;
   int64_t samples_this_run = 0;
-  StopSignal stop_signal;  // from here on SIGTERM/SIGINT end the run after a step
   run_start_ = start, start_step_ = state_.step;
   try {
     while (state_.step < total_steps_ && state_.epoch < cfg_.train.epochs && !stop_signal_) {
@@ -384,6 +398,7 @@ void Trainer::checkpoint() {
 
 // The device's sums into the loop state (a synchronisation on a GPU: log, checkpoint, summary).
 void Trainer::readTally() {
+  if (!tally_) return;
   state_.epoch_loss_sum = tally_->epochSum();
   state_.epoch_loss_count = tally_->epochCount();
   state_.skipped_steps = tally_->skipped();
@@ -467,11 +482,12 @@ Summary Trainer::stopOnSignal(double wall_s) {
 }
 
 void Trainer::writeSummary(const std::string& status, double wall_s, double samples_per_s,
-                           const std::string& error) {
+                           const std::string& error, bool read_device) {
   SummaryReport s;
   s.status = status;
   s.test_accuracy = last_eval_.accuracy, s.test_loss = last_eval_.loss;
-  s.train_loss = epochLossMean();
+  if (read_device) epochLossMean();  // reads the device's sums into state_
+  s.train_loss = state_.epoch_loss_count ? state_.epoch_loss_sum / state_.epoch_loss_count : 0.0;
   s.steps = state_.step, s.epochs = state_.epoch, s.world_size = rt_.world_size;
   s.skipped_steps = state_.skipped_steps;
   s.wall_s = wall_s, s.samples_per_s = samples_per_s;
