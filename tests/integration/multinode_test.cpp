@@ -7,9 +7,11 @@
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <thread>
 
 #include "ltrain/io/safetensors.h"
@@ -119,7 +121,7 @@ TEST_CASE("killing one node's agent ends the other node's job with a clear error
   TempDir dir;
   ltrain::test::writeText(dir / "c.yaml", "seed: 8\n");
   auto args = trainArgs(dir / "c.yaml", dir / "run");
-  args[4] = "data.synthetic_train_samples=640000";  // long enough to be cut mid-run
+  args.insert(args.end() - 2, "data.synthetic_train_samples=640000");  // long enough to be cut
   const int port = 29400 + getpid() % 500 + 1;
   ltrain::test::BackgroundProcess n0(agent(nodes.a, 0, nodes.addr_a, port, args));
   ltrain::test::BackgroundProcess n1(agent(nodes.b, 1, nodes.addr_a, port, args));
@@ -137,4 +139,42 @@ TEST_CASE("killing one node's agent ends the other node's job with a clear error
   CHECK(r0.exit_code == 1);
   CHECK_THAT(r0.err, Contains("because rank(s) 1 went away"));
   CHECK(secs < 20);  // dist.timeout_s is 10
+}
+
+TEST_CASE("a worker killed on node 1 restarts the job on both nodes, which then completes",
+          "[dist]") {
+  TwoNodes nodes;
+  if (!nodes.ok) {
+    WARN("network namespaces cannot be made here (needs root and iproute2): not tested");
+    return;
+  }
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 8\n");
+  auto args = trainArgs(dir / "c.yaml", dir / "run");
+  args.insert(args.end() - 2, "train.checkpoint_every=10");
+  const int port = 29400 + getpid() % 500 + 2;
+  auto with_restart = [&](int node) {
+    auto a = agent(node == 0 ? nodes.a : nodes.b, node, nodes.addr_a, port, args);
+    auto at = std::find(a.begin(), a.end(), "--max-restarts");
+    *(at + 1) = "1";
+    return a;
+  };
+  // Rank 1 is node 1's only worker: killed after step 15, the newest checkpoint is step 10.
+  const std::map<std::string, std::string> kill{{"LTRAIN_FAULT_KILL_AT_STEP", "15:1"}};
+  ltrain::test::BackgroundProcess n0(with_restart(0), kill);
+  ltrain::test::BackgroundProcess n1(with_restart(1), kill);
+  auto r0 = n0.wait();
+  auto r1 = n1.wait();
+  INFO(r0.out << r0.err << "\n----\n" << r1.out << r1.err);
+  CHECK(r1.exit_code == 0);
+  CHECK(r0.exit_code == 0);
+  CHECK_THAT(r1.err, Contains("restarting all workers (restart 1 of 1)"));
+  // Node 0 learned it from the store, not from a worker of its own.
+  CHECK_THAT(r0.err, Contains("node 1's rank 1 failed (signal 9 (SIGKILL)); stopping this node's "
+                              "workers"));
+  CHECK_THAT(r0.err, Contains("restarting all workers (restart 1 of 1, with every node)"));
+  CHECK_THAT(r0.out, Contains("resuming from"));
+  const auto s = ltrain::test::readJson(dir / "run/summary.json");
+  CHECK(s["status"] == "completed");
+  CHECK(s["steps"] == 40);
 }

@@ -117,7 +117,23 @@ class Launcher {
     }
     for (int attempt = 0;; ++attempt) {
       spawnAll(attempt);
-      const int failed_rank = monitor();
+      const int failed_rank = monitor(attempt);
+      if (failed_rank == kPeerFailed) {
+        // Another node's worker failed: this node stops and, with restarts left, starts the same
+        // new round as every other node (restarts are counted once per job).
+        const std::string why = peerFailure(attempt);
+        say(fmt::format("{}; stopping this node's workers", why.substr(why.find('|') + 1)));
+        stopAll(SIGTERM);
+        if (why.rfind("stop|", 0) == 0) return 143;
+        if (why.rfind("usage|", 0) == 0) return 2;
+        if (attempt >= o_.max_restarts) {
+          say(fmt::format("no restarts left (--max-restarts {}); the job failed", o_.max_restarts));
+          return 1;
+        }
+        say(fmt::format("restarting all workers (restart {} of {}, with every node)", attempt + 1,
+                        o_.max_restarts));
+        continue;
+      }
       if (g_signal) {
         const int sig = g_signal;
         say(fmt::format("got signal {}; stopping the workers", sig));
@@ -137,12 +153,18 @@ class Launcher {
         const int code = WEXITSTATUS(w.status);
         say(fmt::format("rank {} stopped on a signal (exit code {}); not restarting", w.rank,
                         code));
+        publishFailure(attempt, fmt::format("stop|node {}'s rank {} stopped on a signal",
+                                            o_.node_rank, w.rank));
         waitForAll(o_.grace_s);
         stopAll(SIGTERM);
         return code;
       }
+      const bool usage = WIFEXITED(w.status) && WEXITSTATUS(w.status) == 2;
+      publishFailure(attempt,
+                     fmt::format("{}|node {}'s rank {} failed ({})", usage ? "usage" : "failed",
+                                 o_.node_rank, w.rank, describeStatus(w.status)));
       stopAll(SIGTERM);
-      if (WIFEXITED(w.status) && WEXITSTATUS(w.status) == 2) {
+      if (usage) {
         // Bad usage or input: one line, as from a single process; a restart cannot fix it.
         const std::string why = errorMessage(w);
         if (why.empty()) {
@@ -163,9 +185,50 @@ class Launcher {
     }
   }
 
+  // Restarts across nodes go through node 0's store: the agent whose worker failed publishes it
+  // under the round's key, the other agents see it within a poll and start the same new round.
+  static std::string failureKey(int attempt) { return fmt::format("/agents/failed/{}", attempt); }
+  void publishFailure(int attempt, const std::string& what) {
+    if (!coordinated()) return;
+    try {
+      store_->set(failureKey(attempt), std::vector<uint8_t>(what.begin(), what.end()));
+    } catch (const std::exception& e) {
+      say(fmt::format("cannot tell the other nodes through the store at {}:{}: {}", o_.master_addr,
+                      port_, e.what()));
+    }
+  }
+  bool peerFailed(int attempt) {
+    if (!coordinated() || store_lost_) return false;
+    const auto now = Clock::now();
+    if (now < next_peer_check_) return false;
+    next_peer_check_ = now + std::chrono::milliseconds(200);
+    try {
+      return store_->check({failureKey(attempt)});
+    } catch (const std::exception& e) {
+      // Node 0's agent is gone (its workers finished first, or it died): this node's workers
+      // finish or fail on their own, and their collectives name the ranks that went away.
+      store_lost_ = true;
+      const std::string msg = e.what();
+      say(
+          fmt::format("node {}'s agent lost the rendezvous store at {}:{} (node 0's agent hosts "
+                      "it); restarts are no longer coordinated: {}",
+                      o_.node_rank, o_.master_addr, port_, msg.substr(0, msg.find('\n'))));
+      return false;
+    }
+  }
+  std::string peerFailure(int attempt) {
+    const auto v = store_->get(failureKey(attempt));
+    return std::string(v.begin(), v.end());
+  }
+  bool coordinated() const { return o_.nnodes > 1 && store_; }
+
   void hostStore() {
     port_ = o_.master_port;
-    if (o_.node_rank != 0) return;  // node 0's agent hosts the store; workers here connect to it
+    if (o_.node_rank != 0) {
+      // Node 0's agent hosts the store; this agent joins it to take part in restarts.
+      if (o_.nnodes > 1) connectStore();
+      return;
+    }
     c10d::TCPStoreOptions so;
     so.isServer = true;
     so.waitWorkers = false;
@@ -261,12 +324,33 @@ class Launcher {
         if (w.pid == pid) w.exited = true, w.status = status;
   }
 
-  // Until every worker is done (-1) or one failed (its index); returns early on a signal.
-  int monitor() {
+  void connectStore() {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(o_.master_port);
+    so.isServer = false;
+    so.timeout = std::chrono::seconds(120);
+    try {
+      store_ = c10::make_intrusive<c10d::TCPStore>(o_.master_addr, so);
+    } catch (const c10::Error& e) {
+      const std::string msg = e.what_without_backtrace();
+      throw std::runtime_error(fmt::format(
+          "node {}'s agent cannot reach the rendezvous store at {}:{} (node 0's agent hosts it: "
+          "is it running there, and is the port open?): {}",
+          o_.node_rank, o_.master_addr, o_.master_port, msg.substr(0, msg.find('\n'))));
+    }
+  }
+
+  // Until every worker is done (-1) or one failed (its index), or another node's worker failed
+  // (kPeerFailed); returns early on a signal.
+  static constexpr int kPeerFailed = -2;
+  int monitor(int attempt) {
     while (true) {
       pump(100);
       reap();
       if (g_signal) return -1;
+      bool done = true;
+      for (auto& w : workers_) done = done && w.exited && !failed(w.status);
+      if (!done && peerFailed(attempt)) return kPeerFailed;
       for (size_t i = 0; i < workers_.size(); ++i)
         if (workers_[i].exited && failed(workers_[i].status)) {
           // Let its last words arrive before reporting.
@@ -357,6 +441,8 @@ class Launcher {
   LaunchOptions o_;
   int nproc_ = 1, port_ = 0;
   c10::intrusive_ptr<c10d::TCPStore> store_;
+  Clock::time_point next_peer_check_{};
+  bool store_lost_ = false;
   std::vector<Worker> workers_;
 };
 
