@@ -14,6 +14,7 @@ APT_PACKAGES=(
   libcli11-dev libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 libgloo-dev nlohmann-json3-dev
   dataset-fashion-mnist fortunes  # quickstart data; the text corpus of configs/gpt_char.yaml
   clang libclang-rt-14-dev iproute2  # fuzzing (libFuzzer), multi-node tests (ip netns)
+  slurmctld slurmd slurm-client munge  # the test that runs a real single-node Slurm
 )
 
 did=0

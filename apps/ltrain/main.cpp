@@ -78,7 +78,12 @@ int cmdTrain(const Args& a) {
   if (!a.nproc.empty()) return trainLaunched(a);
   auto lc = ltrain::config::loadConfig(a.config, a.overrides);
   auto rt = ltrain::distributed::runtimeFromEnv();
-  spdlog::set_pattern("[%H:%M:%S] %v");  // under a launcher, it prefixes each line with the rank
+  // Under ltrain launch the launcher prefixes each line with the rank; under srun, mpirun or
+  // torchrun each rank says it itself (and writes logs/rank_N.log, see the trainer).
+  if (rt.distributed() && !rt.launched_by_ltrain)
+    spdlog::set_pattern(fmt::format("[rank {}] [%H:%M:%S] %v", rt.rank));
+  else
+    spdlog::set_pattern("[%H:%M:%S] %v");
   auto s = ltrain::train::runTraining(lc, {a.output_dir, a.overwrite}, rt);
   if (s.stop_signal != 0)
     return 128 + s.stop_signal;  // 143 for SIGTERM, 130 for SIGINT, as torchrun

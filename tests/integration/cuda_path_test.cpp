@@ -58,6 +58,6 @@ TEST_CASE("train.device cpu runs several processes on the CPU over Gloo", "[dist
       runLtrain(ltrain::test::syntheticRun(dir / "c.yaml", dir / "run", {"--nproc-per-node", "2"}));
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.out, Contains("2 process(es) on gloo"));
+  CHECK_THAT(r.out, Contains("2 process(es) of 1 thread(s) on gloo"));
   CHECK(ltrain::test::readJson(dir / "run/summary.json")["world_size"] == 2);
 }

@@ -145,5 +145,5 @@ TEST_CASE("train.device cpu keeps a multi-process run on the CPU of a GPU machin
       runLtrain(ltrain::test::syntheticRun(dir / "c.yaml", dir / "run", {"--nproc-per-node", "2"}));
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.out, Contains("2 process(es) on gloo"));
+  CHECK_THAT(r.out, Contains("2 process(es) of 1 thread(s) on gloo"));
 }

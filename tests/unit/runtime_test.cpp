@@ -99,3 +99,42 @@ TEST_CASE("contradictory or malformed variables are usage errors") {
                     Catch::Matchers::Contains("RANK='x'"));
   CHECK_THROWS_AS(from({{"MASTER_PORT", "70000"}}), ltrain::UsageError);
 }
+
+TEST_CASE("Slurm's tasks per node as srun really sets them, and threads per rank") {
+  using ltrain::distributed::slurmTasksOnNode;
+  CHECK(slurmTasksOnNode("2", 0) == 2);
+  CHECK(slurmTasksOnNode("2(x3),1", 0) == 2);
+  CHECK(slurmTasksOnNode("2(x3),1", 2) == 2);
+  CHECK(slurmTasksOnNode("2(x3),1", 3) == 1);
+  CHECK(slurmTasksOnNode("2(x3),1", 4) == -1);
+  CHECK(slurmTasksOnNode("2(3)", 0) == -1);
+  CHECK(slurmTasksOnNode("x", 0) == -1);
+  // srun --ntasks=2 on one node: no SLURM_NTASKS_PER_NODE, but the step's tasks per node.
+  auto one = from({{"SLURM_PROCID", "1"},
+                   {"SLURM_NTASKS", "2"},
+                   {"SLURM_LOCALID", "1"},
+                   {"SLURM_NODEID", "0"},
+                   {"SLURM_STEP_TASKS_PER_NODE", "2"},
+                   {"SLURM_TASKS_PER_NODE", "2"},
+                   {"SLURM_JOB_NODELIST", "localhost"}});
+  CHECK(one.local_world_size == 2);
+  CHECK(one.world_size == one.local_world_size);  // one node: nothing listens beyond it
+  // Three nodes of two, then one of one: the last node's rank sees one local task.
+  auto last = from({{"SLURM_PROCID", "6"},
+                    {"SLURM_NTASKS", "7"},
+                    {"SLURM_LOCALID", "0"},
+                    {"SLURM_NODEID", "3"},
+                    {"SLURM_STEP_TASKS_PER_NODE", "2(x3),1"}});
+  CHECK(last.local_world_size == 1);
+  CHECK_THROWS_WITH(from({{"SLURM_PROCID", "0"},
+                          {"SLURM_NTASKS", "2"},
+                          {"SLURM_NODEID", "5"},
+                          {"SLURM_STEP_TASKS_PER_NODE", "2"}}),
+                    Catch::Matchers::Contains("no task count for node 5"));
+  // Threads: Slurm's CPUs per task, else the CPUs this rank may use over its node's ranks.
+  auto with_cpus =
+      from({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_CPUS_PER_TASK", "3"}});
+  CHECK(with_cpus.intraOpThreads() == 3);
+  one.cpus_per_task = 0;
+  CHECK(one.intraOpThreads() == std::max<int64_t>(1, ltrain::distributed::cpusAvailable() / 2));
+}

@@ -23,10 +23,26 @@ std::string printable(const std::string& s) {
 }
 }  // namespace
 
+namespace {
+std::string& errorLog() {
+  static std::string path;
+  return path;
+}
+}  // namespace
+
+void setErrorLog(const std::string& path) {
+  errorLog() = path;
+}
+
 void reportError(const std::string& raw) {
   const std::string message = printable(raw);
   fmt::print(stderr, "ltrain: error: {}\n", message);
   std::fflush(stderr);
+  if (!errorLog().empty())
+    if (std::FILE* f = std::fopen(errorLog().c_str(), "a")) {
+      fmt::print(f, "ltrain: error: {}\n", message);
+      std::fclose(f);
+    }
   if (const char* path = std::getenv("TORCHELASTIC_ERROR_FILE")) {
     try {
       // torchrun's error-file layout: {"message": {"message": ..., "extraInfo": {...}}}.

@@ -6,5 +6,7 @@
 namespace ltrain {
 
 void reportError(const std::string& message);
+// A file the error line is appended to as well (a rank's own log under srun or mpirun).
+void setErrorLog(const std::string& path);
 
 }  // namespace ltrain

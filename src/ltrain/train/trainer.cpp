@@ -1,15 +1,20 @@
 #include "ltrain/train/trainer.h"
 
 #include <fmt/format.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 
+#include "ltrain/common/error_report.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/common/memory.h"
 #include "ltrain/common/stop_signal.h"
@@ -55,6 +60,8 @@ class Trainer {
  private:
   void prepare(const config::LoadedConfig& lc, const TrainRequest& req);
   void adoptWorldSize();
+  void applyThreads();
+  void attachRankLog();
   void announce();
   void runEpoch();
   void afterStep(const StepResult& r, Window& w);
@@ -116,7 +123,7 @@ Trainer::Trainer(const config::LoadedConfig& lc, const TrainRequest& req,
 // touched; then rank 0 prepares it, the chosen checkpoint is loaded (on the CPU), the model placed
 // and the optimizer state moved next to it.
 void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
-  if (cfg_.train.threads > 0) at::set_num_threads(static_cast<int>(cfg_.train.threads));
+  applyThreads();
   if (cfg_.dist.strategy == config::Strategy::kDp && rt_.world_size > 1)
     throw UsageError(fmt::format(
         "dist.strategy dp is one process driving every local GPU, but {} processes were "
@@ -151,6 +158,7 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
     pg_ = distributed::ProcessGroup::connect(rt_, cfg_.dist, devices_.main);
   run_ = agreeOnRunDir(lc, req, rt_, pg_.get());
   reporter_.setRunDir(run_.path);
+  attachRankLog();
   if (pg_)  // a hang ends this process from the watchdog's thread: summary.json says why first
     pg_->beforeHangExit([this](const std::string& why) {
       writeSummary("failed", secondsSince(run_start_), 0, why, /*read_device=*/false);
@@ -180,6 +188,35 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
                                        state_.epoch_loss_count, state_.skipped_steps);
   StopSignal::checkpoint("while resuming");
   reporter_.open(resumed ? state_.step : 0, resumed.has_value());
+}
+
+// train.threads when set; under srun or mpirun with no OMP_NUM_THREADS, Slurm's CPUs per task or
+// the rank's share of its CPUs (torch's default would give every rank all of them).
+void Trainer::applyThreads() {
+  if (cfg_.train.threads > 0) {
+    at::set_num_threads(static_cast<int>(cfg_.train.threads));
+    return;
+  }
+  const bool mpi_style = rt_.source == "slurm" || rt_.source == "openmpi" ||
+                         rt_.source == "mvapich" || rt_.source == "pmi";
+  if (mpi_style && !std::getenv("OMP_NUM_THREADS"))
+    at::set_num_threads(static_cast<int>(rt_.intraOpThreads()));
+}
+
+// A rank that no ltrain launcher started (srun, mpirun, torchrun) writes its own
+// logs/rank_N.log in the run directory, as the launcher does for its workers.
+void Trainer::attachRankLog() {
+  if (!rt_.distributed() || rt_.launched_by_ltrain || run_.path.empty()) return;
+  const std::string path = fmt::format("{}/logs/rank_{}.log", run_.path, rt_.rank);
+  std::error_code ec;
+  std::filesystem::create_directories(run_.path + "/logs", ec);
+  try {
+    auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path);
+    spdlog::default_logger()->sinks().push_back(sink);
+    setErrorLog(path);
+  } catch (const spdlog::spdlog_ex& e) {
+    reporter_.warn(fmt::format("cannot write '{}': {}", path, e.what()));
+  }
 }
 
 // The epoch's position is kept in examples: a checkpoint written by another number of processes
@@ -213,14 +250,15 @@ void Trainer::announce() {
                                state_.step, state_.epoch + 1));
   const auto& train = splits_.train;
   const std::string sync = sync_->describe();
-  reporter_.info(
-      fmt::format("{}: {} with {} parameters, {} training / {} {} {}, {} steps, {} process(es){}",
-                  cfg_.name, cfg_.model.name, models::parameterCount(*model_), train.size(),
-                  splits_.test.size(), heldOutName(splits_.test),
-                  train.tokens ? fmt::format("blocks of {} tokens (vocabulary {})",
-                                             cfg_.model.block_size, train.num_classes)
-                               : std::string("examples"),
-                  total_steps_, rt_.world_size, sync.empty() ? "" : " " + sync));
+  reporter_.info(fmt::format(
+      "{}: {} with {} parameters, {} training / {} {} {}, {} steps, {} process(es) of {} "
+      "thread(s){}",
+      cfg_.name, cfg_.model.name, models::parameterCount(*model_), train.size(),
+      splits_.test.size(), heldOutName(splits_.test),
+      train.tokens ? fmt::format("blocks of {} tokens (vocabulary {})", cfg_.model.block_size,
+                                 train.num_classes)
+                   : std::string("examples"),
+      total_steps_, rt_.world_size, at::get_num_threads(), sync.empty() ? "" : " " + sync));
   if (cfg_.dist.strategy == config::Strategy::kDp)
     reporter_.info(fmt::format("dist.strategy dp: {} replica(s), on {} first",
                                devices_.replicas.size(), devices_.main.str()));
