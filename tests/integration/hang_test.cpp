@@ -24,7 +24,8 @@ struct Outcome {
   std::string summary;      // summary.json as the job left it
 };
 
-Outcome runHanging(const std::string& fault, const std::string& spec) {
+Outcome runHanging(const std::string& fault, const std::string& spec,
+                   const std::vector<std::string>& extra = {}) {
   TempDir dir;
   ltrain::test::writeText(dir / "c.yaml", "seed: 1\n");
   std::vector<std::string> argv{LTRAIN_BINARY};
@@ -33,6 +34,7 @@ Outcome runHanging(const std::string& fault, const std::string& spec) {
            {"--nproc-per-node", "3", "--grace", "2", "data.synthetic_train_samples=960",
             "data.batch_size=16", "model.hidden=[32]", "train.log_every=50", "dist.timeout_s=8"}))
     argv.push_back(a);
+  argv.insert(argv.end() - 2, extra.begin(), extra.end());
   const auto t0 = std::chrono::steady_clock::now();
   ltrain::test::BackgroundProcess job(argv, {{"LTRAIN_FAULT_" + fault + "_AT_STEP", spec}});
   Outcome o;
@@ -73,5 +75,17 @@ TEST_CASE("a rank stuck in an endless loop is named as alive but not communicati
   CHECK_THAT(s["error"].get<std::string>(), Contains("alive but not communicating"));
   CHECK(o.seconds < 40);
   REQUIRE(o.groups.size() == 3);
+  for (int g : o.groups) CHECK(!ltrain::test::groupAlive(g));
+}
+
+TEST_CASE("a rank stopped inside ZeRO-1's collectives is named as well, not taken for busy",
+          "[dist]") {
+  // ZeRO-1's reduce-scatter, finiteness vote and all-gather, and the batch-norm buffers'
+  // broadcast before each forward: every wait counts as communication for the watchdog.
+  auto o = runHanging("STOP", "5:1", {"dist.zero=1", "optimizer.name=adamw"});
+  INFO(o.result.out << o.result.err);
+  CHECK(o.result.exit_code == 1);
+  CHECK_THAT(o.result.err, Contains("rank(s) 1 stopped responding: no heartbeat for"));
+  CHECK(o.seconds < 40);
   for (int g : o.groups) CHECK(!ltrain::test::groupAlive(g));
 }
