@@ -36,7 +36,7 @@ struct Args {
   std::vector<std::string> overrides;
   std::string output_dir;
   bool overwrite = false;
-  bool reference = false, explain = false;
+  bool reference = false, explain = false, model_summary = false;
   std::string checkpoint;
   std::string nproc;      // train --nproc-per-node: run through the launcher
   bool multirun = false;  // train -m: the overrides' lists and ranges make a sweep
@@ -136,6 +136,10 @@ int cmdConfig(const Args& a) {
     throw ltrain::UsageError("config: expected a CONFIG.yaml argument (or --reference)");
   auto lc = ltrain::config::loadConfig(a.config, a.overrides);
   ltrain::train::preflight(lc);
+  if (a.model_summary) {
+    std::cout << ltrain::train::describeModel(lc);
+    return 0;
+  }
   std::cout << (a.explain ? ltrain::config::toYamlExplained(lc) : ltrain::config::toYaml(lc.cfg));
   return 0;
 }
@@ -204,6 +208,9 @@ int main(int argc, char** argv) {
   config->add_option("config", a.config, "Experiment config (YAML)");
   config->add_option("overrides", a.overrides, "KEY=VALUE overrides");
   config->add_flag("--explain", a.explain, "Say where each value came from");
+  config->add_flag("--model", a.model_summary,
+                   "Print the model one line per layer (type, output shape, parameters), as "
+                   "torchinfo does, instead of the config");
   config->add_flag("--reference", a.reference,
                    "Print the Markdown reference of every key (docs/config.md)");
   config->footer(keys);

@@ -30,6 +30,7 @@ from safetensors.torch import load_file, save_file
 from torch.utils.data import DistributedSampler
 
 from gpt_ref import gpt_layers
+from layers_ref import layer_modules
 
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}
@@ -134,6 +135,9 @@ class Model(nn.Module):
         if m["name"] == "gpt":
             self.layers = nn.Sequential(*gpt_layers(m, classes))
             return
+        if m["name"] == "layers":
+            self.layers = nn.Sequential(*layer_modules(m["layers"], shape, classes))
+            return
         if m["name"] == "mlp":
             layers.append(nn.Flatten())
             width = math.prod(shape)
@@ -228,8 +232,12 @@ def main():
     device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if torch.cuda.is_available() else torch.device("cpu")
     train, test = load_data(cfg, cfg["seed"])
     torch.manual_seed(cfg["seed"])
-    model = Model(cfg["model"], list(train.inputs.shape[1:]), 10 if cfg["data"]["dataset"] != "synthetic"
-                  else cfg["data"]["synthetic_classes"])
+    classes = 10 if cfg["data"]["dataset"] != "synthetic" else cfg["data"]["synthetic_classes"]
+    if cfg["model"]["name"] == "torchscript":
+        # The module itself, its weights as saved: ltrain starts from the same file.
+        model = torch.jit.load(cfg["model"]["path"])
+    else:
+        model = Model(cfg["model"], list(train.inputs.shape[1:]), classes)
     if args.save_init:
         save_file({k: v.contiguous() for k, v in model.state_dict().items()}, args.save_init)
         return

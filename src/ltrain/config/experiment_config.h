@@ -29,9 +29,21 @@ struct DataConfig {
   int64_t synthetic_classes;
 };
 
+// One entry of model.layers (model.name layers): its type, its arguments as written (YAML
+// scalars or flow lists, checked by models/layer_graph.cpp against the type), and for the
+// containers (residual, sequential) the layers inside.
+struct LayerSpec {
+  std::string type;
+  std::vector<std::pair<std::string, std::string>> args;  // "" names a lone value (dropout: 0.2)
+  std::vector<LayerSpec> children;
+  int line = 0;  // where it is written in the config file; 0 for an override
+};
+
 struct ModelConfig {
   std::string name;
   std::string init_from;
+  std::string path;               // torchscript: the module file
+  std::vector<LayerSpec> layers;  // layers: the network
   std::vector<int64_t> hidden;
   Activation activation;
   double dropout;

@@ -143,6 +143,82 @@ LT_ENUM_TRAITS(Pool);
 LT_ENUM_TRAITS(DeviceChoice);
 #undef LT_ENUM_TRAITS
 
+// model.layers: a list of layers, each a name ("relu") or a one-key mapping of the name to its
+// arguments ({conv2d: {out: 32, kernel: 3}}) or, for containers, to its layers
+// ({residual: [...]}, or {residual: {layers: [...], projection: true}}).
+template <>
+struct ValueTraits<std::vector<LayerSpec>> {
+  static constexpr const char* name = "list of layers";
+  static std::string text(const YAML::Node& n) {
+    if (n.IsScalar()) return n.Scalar();
+    YAML::Emitter e;
+    e.SetSeqFormat(YAML::Flow);
+    e.SetMapFormat(YAML::Flow);
+    e << n;
+    return e.c_str();
+  }
+  static LayerSpec item(const YAML::Node& n) {
+    LayerSpec l;
+    l.line = n.Mark().line + 1;
+    if (n.IsScalar()) {
+      l.type = n.Scalar();
+      return l;
+    }
+    if (!n.IsMap() || n.size() != 1)
+      expected("a layer: a name (relu) or a one-key mapping ({linear: {out: 10}})", n);
+    const auto it = n.begin();
+    if (!it->first.IsScalar()) expected("a layer name", it->first);
+    l.type = it->first.Scalar();
+    const YAML::Node v = it->second;
+    if (v.IsNull()) return l;
+    if (v.IsSequence()) {
+      l.children = parse(v);
+    } else if (v.IsMap()) {
+      for (auto a = v.begin(); a != v.end(); ++a) {
+        if (!a->first.IsScalar()) expected("argument names", a->first);
+        if (a->first.Scalar() == "layers" && a->second.IsSequence())
+          l.children = parse(a->second);
+        else
+          l.args.emplace_back(a->first.Scalar(), text(a->second));
+      }
+    } else {
+      l.args.emplace_back("", text(v));
+    }
+    return l;
+  }
+  static std::vector<LayerSpec> parse(const YAML::Node& n) {
+    if (!n.IsSequence()) expected("a list of layers like [linear: {out: 10}]", n);
+    std::vector<LayerSpec> out;
+    for (const auto& i : n) out.push_back(item(i));
+    return out;
+  }
+  static YAML::Node emit(const std::vector<LayerSpec>& layers) {
+    YAML::Node seq(YAML::NodeType::Sequence);
+    for (const auto& l : layers) {
+      if (l.args.empty() && l.children.empty()) {
+        seq.push_back(YAML::Node(l.type));
+        continue;
+      }
+      YAML::Node body;
+      if (l.args.size() == 1 && l.args[0].first.empty() && l.children.empty()) {
+        body = YAML::Load(l.args[0].second);
+      } else if (l.args.empty()) {
+        body = emit(l.children);
+      } else {
+        body = YAML::Node(YAML::NodeType::Map);
+        for (const auto& [k, v] : l.args) body[k] = YAML::Load(v);
+        if (!l.children.empty()) body["layers"] = emit(l.children);
+      }
+      YAML::Node m(YAML::NodeType::Map);
+      m[l.type] = body;
+      m.SetStyle(YAML::EmitterStyle::Flow);
+      seq.push_back(m);
+    }
+    seq.SetStyle(YAML::EmitterStyle::Flow);
+    return seq;
+  }
+};
+
 template <class T, class = void>
 struct IsEnumOption : std::false_type {};
 template <class T>
@@ -152,6 +228,8 @@ template <class T>
 std::string typeName() {
   if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>)
     return ValueTraits<T>::listName();
+  else if constexpr (std::is_same_v<T, std::vector<LayerSpec>>)
+    return "list of layers";
   else
     return ValueTraits<T>::name;
 }
@@ -235,11 +313,26 @@ std::vector<Option> buildSchema() {
           .atLeast(1),
       LT_OPT(data.synthetic_classes, "synthetic: number of classes", int64_t{10}).atLeast(2),
 
-      LT_OPT(model.name, "Model family", S("mlp")).oneOf({"mlp", "cnn", "resnet", "gpt"}),
+      LT_OPT(model.name,
+             "Model family: mlp, cnn, resnet, gpt; layers (a network written in model.layers); "
+             "torchscript (a PyTorch module saved with TorchScript, model.path)",
+             S("mlp"))
+          .oneOf({"mlp", "cnn", "resnet", "gpt", "layers", "torchscript"}),
       LT_OPT(model.init_from,
              "Initial weights from a .safetensors file with PyTorch's parameter names; empty: "
              "seeded init",
              S("")),
+      LT_OPT(model.layers,
+             "layers: the network, a list of layers (conv2d: {out: 32, kernel: 3}, relu, "
+             "residual: [...], linear: {out: 10}, ...); input sizes come from the data (see "
+             "README: Your own model)",
+             std::vector<LayerSpec>{})
+          .forModel("layers"),
+      LT_OPT(model.path,
+             "torchscript: the module file, made by torch.jit.script(module).save(path) (or "
+             "torch.jit.trace)",
+             S(""))
+          .forModel("torchscript"),
       LT_OPT(model.hidden, "mlp: hidden layer sizes", IntList{256, 128, 100})
           .atLeast(1)
           .forModel("mlp"),

@@ -28,9 +28,13 @@ void modelAgainstData(const LoadedConfig& lc) {
   const ExperimentConfig& c = lc.cfg;
   const DataKind kind = dataKind(c.data.dataset);
   const bool language_model = c.model.name == "gpt";
-  if (kind == DataKind::kTokens && !language_model)
+  // Networks of the user's own (layers, torchscript) take whatever their layers take.
+  const bool own = c.model.name == "layers" || c.model.name == "torchscript";
+  if (kind == DataKind::kTokens && !language_model && !own)
     refuse(lc, setOne(lc, "model.name", "data.dataset"),
-           fmt::format("data.dataset text needs model.name: gpt, got '{}'", c.model.name));
+           fmt::format("data.dataset text needs model.name: gpt (or a network of your own: "
+                       "layers, torchscript), got '{}'",
+                       c.model.name));
   if (language_model && kind != DataKind::kTokens)
     refuse(lc, setOne(lc, "model.name", "data.dataset"),
            fmt::format("model.name gpt needs token sequences (data.dataset: text), got "
@@ -60,6 +64,16 @@ void modelShape(const LoadedConfig& lc) {
 
 void distributedOptions(const LoadedConfig& lc) {
   const ExperimentConfig& c = lc.cfg;
+  if (c.model.name == "torchscript") {
+    if (c.model.placement == Placement::kPipeline)
+      refuse(lc, "model.placement",
+             "model.name torchscript does not combine with model.placement pipeline (its "
+             "layers are TorchScript's, not ltrain's to split)");
+    if (c.dist.strategy == Strategy::kDp)
+      refuse(lc, "dist.strategy",
+             "model.name torchscript does not combine with dist.strategy dp (a TorchScript "
+             "module is not replicated each step); use ddp");
+  }
   if (c.dist.strategy == Strategy::kDp && c.model.placement == Placement::kPipeline)
     refuse(lc, "dist.strategy", "dist.strategy dp does not combine with model.placement pipeline");
   if (c.dist.backend == Backend::kNccl && c.train.device == DeviceChoice::kCpu)

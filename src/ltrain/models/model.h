@@ -13,14 +13,34 @@
 
 namespace ltrain::models {
 
+// A PyTorch module saved with TorchScript, run as the model (models/torchscript.cpp).
+class ScriptedModel {
+ public:
+  virtual ~ScriptedModel() = default;
+  virtual torch::Tensor forward(const torch::Tensor& x) = 0;
+  virtual void train(bool on) = 0;
+};
+
 // Cloneable so that dist.strategy=dp can replicate it onto every GPU (torch::nn::parallel).
 struct ClassifierImpl : torch::nn::Cloneable<ClassifierImpl> {
   explicit ClassifierImpl(torch::nn::Sequential layers_)
       : layers(register_module("layers", layers_)) {}
+  // model.name torchscript: the module's parameters and buffers are registered here under their
+  // own names (its submodules mirrored), and forward runs the TorchScript module.
+  explicit ClassifierImpl(std::shared_ptr<ScriptedModel> scripted)
+      : scripted(std::move(scripted)) {}
+  void train(bool on = true) override {
+    torch::nn::Module::train(on);
+    if (scripted) scripted->train(on);
+  }
   // A clone registers an empty Sequential here, which Cloneable then fills with the clone of
   // every layer.
-  void reset() override { layers = register_module("layers", torch::nn::Sequential()); }
+  void reset() override {
+    TORCH_CHECK(!scripted, "a TorchScript model cannot be replicated (dist.strategy dp)");
+    layers = register_module("layers", torch::nn::Sequential());
+  }
   torch::Tensor forward(torch::Tensor x) {
+    if (scripted) return scripted->forward(x);
     if (channels_last && x.dim() == 4) x = x.contiguous(at::MemoryFormat::ChannelsLast);
     return stages.empty() ? layers->forward(x) : pipelineForward(x);
   }
@@ -42,7 +62,8 @@ struct ClassifierImpl : torch::nn::Cloneable<ClassifierImpl> {
     std::vector<torch::Tensor> buffers;
   };
   std::vector<StageTensors> stageTensors() const;
-  torch::nn::Sequential layers;
+  torch::nn::Sequential layers{nullptr};
+  std::shared_ptr<ScriptedModel> scripted;
   bool channels_last = false;
 
  private:
@@ -56,10 +77,22 @@ struct ClassifierImpl : torch::nn::Cloneable<ClassifierImpl> {
 };
 TORCH_MODULE(Classifier);
 
-// Builds cfg.model for inputs of `input_shape` ([C, H, W]) and `num_classes` outputs.
-// Throws UsageError when the shape does not fit the model (e.g. too many pooling stages).
+// Builds cfg.model for inputs of `input_shape` (one example: [C, H, W], [F], or [T] token ids
+// when `tokens`) and `num_classes` outputs (the vocabulary for tokens). Throws UsageError when the
+// shape does not fit the model (too many pooling stages, a layer graph that does not fit).
 Classifier build(const config::ModelConfig& cfg, const std::vector<int64_t>& input_shape,
-                 int64_t num_classes);
+                 int64_t num_classes, bool tokens = false);
+
+// model.name torchscript (models/torchscript.cpp): UsageError for a file that is no TorchScript
+// archive, a module without parameters, or one whose forward takes other arguments or gives
+// other than [batch, classes] ([batch, T, vocabulary] for tokens).
+Classifier loadTorchScript(const std::string& path, const std::vector<int64_t>& input_shape,
+                           int64_t num_classes, bool tokens);
+
+// One line per layer (layer graphs) or a line for the whole (other families), for the log and
+// `ltrain config --model`.
+std::string modelSummary(const config::ModelConfig& cfg, const std::vector<int64_t>& input_shape,
+                         int64_t num_classes, bool tokens);
 
 int64_t parameterCount(const torch::nn::Module& m);
 

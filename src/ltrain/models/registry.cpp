@@ -1,8 +1,10 @@
 // Model names to builders.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/models/layer_graph.h"
 #include "ltrain/models/layers.h"
 #include "ltrain/models/model.h"
 
@@ -37,7 +39,10 @@ int64_t appendDense(torch::nn::Sequential& seq, int64_t in, const std::vector<in
 }
 
 Classifier build(const config::ModelConfig& cfg, const std::vector<int64_t>& input_shape,
-                 int64_t num_classes) {
+                 int64_t num_classes, bool tokens) {
+  if (cfg.name == "layers")
+    return Classifier(buildLayerGraph(cfg.layers, input_shape, num_classes, tokens).seq);
+  if (cfg.name == "torchscript") return loadTorchScript(cfg.path, input_shape, num_classes, tokens);
   if (cfg.name == "gpt") {
     if (input_shape.size() != 1)
       throw UsageError(fmt::format(
@@ -56,8 +61,22 @@ Classifier build(const config::ModelConfig& cfg, const std::vector<int64_t>& inp
     if (cfg.channels_last) c->useChannelsLast();
     return c;
   }
-  throw UsageError(
-      fmt::format("model.name: unknown model '{}', expected mlp|cnn|resnet|gpt", cfg.name));
+  throw UsageError(fmt::format(
+      "model.name: unknown model '{}', expected mlp|cnn|resnet|gpt|layers|torchscript", cfg.name));
+}
+
+std::string modelSummary(const config::ModelConfig& cfg, const std::vector<int64_t>& input_shape,
+                         int64_t num_classes, bool tokens) {
+  if (cfg.name == "layers") {
+    torch::NoGradGuard no_grad;
+    return layerSummary(buildLayerGraph(cfg.layers, input_shape, num_classes, tokens), input_shape);
+  }
+  auto m = build(cfg, input_shape, num_classes, tokens);
+  std::string out = fmt::format("{:<40}{:>12}\n", "Parameter", "Shape");
+  for (const auto& p : m->named_parameters())
+    out += fmt::format("{:<40}{:>12}\n", p.key(),
+                       fmt::format("[{}]", fmt::join(p.value().sizes(), ", ")));
+  return out + fmt::format("Total params: {}\n", parameterCount(*m));
 }
 
 void ClassifierImpl::useChannelsLast() {

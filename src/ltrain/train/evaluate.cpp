@@ -62,7 +62,8 @@ EvalSummary evaluateWeights(const config::LoadedConfig& lc, const std::string& w
             : fmt::format("--checkpoint '{}' not found", weights));
   auto splits = data::loadDataset(cfg.data, static_cast<uint64_t>(cfg.seed), cfg.model.block_size);
   torch::manual_seed(static_cast<uint64_t>(cfg.seed));
-  auto model = models::build(cfg.model, splits.train.exampleShape(), splits.train.num_classes);
+  auto model = models::build(cfg.model, splits.train.exampleShape(), splits.train.num_classes,
+                             splits.train.tokens);
   const bool safetensors =
       weights.size() > 12 && weights.substr(weights.size() - 12) == ".safetensors";
   if (safetensors)

@@ -8,6 +8,7 @@
 #include "ltrain/common/errors.h"
 #include "ltrain/config/validate.h"
 #include "ltrain/data/dataset.h"
+#include "ltrain/models/layer_graph.h"
 #include "ltrain/models/model.h"
 
 namespace ltrain::train {
@@ -18,36 +19,69 @@ std::optional<DataShape> describeData(const config::ExperimentConfig& cfg) {
   if (d.dataset == "fashion_mnist" || d.dataset == "mnist") return DataShape{{1, 28, 28}, 10};
   if (d.dataset == "cifar10") return DataShape{{3, 32, 32}, 10};
   if (d.dataset == "cifar100") return DataShape{{3, 32, 32}, 100};
-  // The vocabulary is the text's: any size stands in for the layer count.
-  if (d.dataset == "text") return DataShape{{cfg.model.block_size}, 256};
+  // The vocabulary is the text's, known once the file is read (0: not known).
+  if (d.dataset == "text") return DataShape{{cfg.model.block_size}, 0, true};
   if (d.dataset == "csv") {
     std::ifstream in(data::resolvedDataPath(d) + "/train.csv");
     std::string header;
     if (!in || !std::getline(in, header)) return std::nullopt;
     const auto columns = std::count(header.begin(), header.end(), ',') + 1;
-    return DataShape{{columns - 1}, 2};
+    return DataShape{{columns - 1}, 0};  // the label column's values say how many classes
   }
   return std::nullopt;
 }
 
 void checkPipelineStages(int64_t layers, int64_t stages) {
   if (stages < 2 || stages > layers)
-    throw UsageError(fmt::format(
-        "model.pipeline_stages {}: the model has {} layers to split, expected 2..{}", stages,
-        layers, layers));
+    throw UsageError(
+        fmt::format("model.pipeline_stages {}: the model has {} layers to split, expected 2..{}",
+                    stages, layers, layers));
+}
+
+// "c.yaml:12: " for a layer written on line 12 of the file that set model.layers.
+std::string layerWhere(const config::LoadedConfig& lc, int line) {
+  if (!lc.explicitly_set.count("model.layers")) return "";
+  const std::string& src = lc.sources.at("model.layers");
+  const auto colon = src.rfind(':');
+  if (line <= 0 || colon == std::string::npos || src.rfind("override", 0) == 0) return src + ": ";
+  return fmt::format("{}:{}: ", src.substr(0, colon), line);
 }
 
 void preflight(const config::LoadedConfig& lc) {
   const auto& cfg = lc.cfg;
-  if (cfg.model.placement != config::Placement::kPipeline) return;
+  const bool pipeline = cfg.model.placement == config::Placement::kPipeline;
+  const bool own_model = cfg.model.name == "layers" || cfg.model.name == "torchscript";
+  if (!pipeline && !own_model) return;
   const auto shape = describeData(cfg);
   if (!shape) return;  // the data will say, at the start of training
   torch::NoGradGuard no_grad;
-  auto model = models::build(cfg.model, shape->example, shape->classes);
+  models::Classifier model{nullptr};
+  try {
+    model = models::build(cfg.model, shape->example, shape->classes, shape->tokens);
+  } catch (const models::LayerError& e) {
+    throw UsageError(layerWhere(lc, e.line) + e.what());
+  }
+  if (!pipeline) return;
   try {
     checkPipelineStages(static_cast<int64_t>(model->layers->size()), cfg.model.pipeline_stages);
   } catch (const UsageError& e) {
     throw UsageError(lc.where("model.pipeline_stages") + e.what());
+  }
+}
+
+std::string describeModel(const config::LoadedConfig& lc) {
+  const auto& cfg = lc.cfg;
+  auto shape = describeData(cfg);
+  if (!shape || shape->classes <= 0) {  // the data says: read it
+    auto splits =
+        data::loadDataset(cfg.data, static_cast<uint64_t>(cfg.seed), cfg.model.block_size);
+    shape = DataShape{splits.train.exampleShape(), splits.train.num_classes, splits.train.tokens};
+  }
+  torch::NoGradGuard no_grad;
+  try {
+    return models::modelSummary(cfg.model, shape->example, shape->classes, shape->tokens);
+  } catch (const models::LayerError& e) {
+    throw UsageError(layerWhere(lc, e.line) + e.what());
   }
 }
 

@@ -14,12 +14,20 @@ namespace ltrain::train {
 // data (a table's feature count from its header line); nullopt where only the data would say.
 struct DataShape {
   std::vector<int64_t> example;
-  int64_t classes = 0;
+  int64_t classes = 0;  // 0: only the data says (a text's vocabulary)
+  bool tokens = false;
 };
 std::optional<DataShape> describeData(const config::ExperimentConfig& cfg);
 
 // UsageError as `ltrain train` would raise it.
 void preflight(const config::LoadedConfig& lc);
+
+// "file:line: " of the layer graph's entry written on `line` (for its errors).
+std::string layerWhere(const config::LoadedConfig& lc, int line);
+
+// `ltrain config --model`: the model's summary for the data's shape (the data is read when the
+// config alone does not say it: a table's classes, a text's vocabulary).
+std::string describeModel(const config::LoadedConfig& lc);
 
 // The pipeline rule alone, on a built model's layer count.
 void checkPipelineStages(int64_t layers, int64_t stages);

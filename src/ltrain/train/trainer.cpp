@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <sstream>
 
 #include "ltrain/common/error_report.h"
 #include "ltrain/common/errors.h"
@@ -24,6 +25,7 @@
 #include "ltrain/distributed/gradient_sync.h"
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/io/safetensors.h"
+#include "ltrain/models/layer_graph.h"
 #include "ltrain/train/checkpointing.h"
 #include "ltrain/train/evaluate.h"
 #include "ltrain/train/faults.h"
@@ -136,7 +138,12 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   splits_ = data::loadDataset(cfg_.data, static_cast<uint64_t>(cfg_.seed), cfg_.model.block_size);
   StopSignal::checkpoint("while loading the data");
   torch::manual_seed(static_cast<uint64_t>(cfg_.seed));
-  model_ = models::build(cfg_.model, splits_.train.exampleShape(), splits_.train.num_classes);
+  try {
+    model_ = models::build(cfg_.model, splits_.train.exampleShape(), splits_.train.num_classes,
+                           splits_.train.tokens);
+  } catch (const models::LayerError& e) {
+    throw UsageError(layerWhere(lc, e.line) + e.what());
+  }
   if (!cfg_.model.init_from.empty()) io::loadModuleState(*model_, cfg_.model.init_from);
   sampler_ = std::make_unique<data::DistributedSampler>(
       splits_.train.size(), rt_.world_size, rt_.rank, cfg_.data.shuffle, cfg_.seed, false);
@@ -262,6 +269,12 @@ void Trainer::announce() {
   if (cfg_.dist.strategy == config::Strategy::kDp)
     reporter_.info(fmt::format("dist.strategy dp: {} replica(s), on {} first",
                                devices_.replicas.size(), devices_.main.str()));
+  if (cfg_.model.name == "layers") {  // the network as written, one line a layer
+    torch::NoGradGuard no_grad;
+    std::istringstream table(
+        models::modelSummary(cfg_.model, train.exampleShape(), train.num_classes, train.tokens));
+    for (std::string line; std::getline(table, line);) reporter_.info(line);
+  }
   if (cfg_.model.placement == config::Placement::kPipeline)
     reporter_.info(fmt::format("pipeline of {} stages, {} micro-batches a batch: {}",
                                devices_.stages.size(), cfg_.model.micro_batches,
