@@ -40,6 +40,7 @@ pid_t spawnInGroup(const std::vector<std::string>& argv,
     signal(SIGINT, SIG_DFL);
     signal(SIGTERM, SIG_DFL);
     signal(SIGHUP, SIG_DFL);
+    signal(SIGPIPE, SIG_DFL);  // ltrain ignores it (see main); the program gets the default
     dup2(out_fd, STDOUT_FILENO);
     dup2(out_fd, STDERR_FILENO);
     execvpe(cargv[0], cargv.data(), cenv.data());

@@ -25,7 +25,7 @@ const std::vector<std::string>& patternsFor(DirKind kind) {
                                             "summary.json",
                                             "model.safetensors",
                                             "output.log",
-                                            "vocab.json",
+                                            "vocabulary.json",
                                             "tokenizer.json",
                                             "*.tmp.*",
                                             "checkpoints/",
@@ -38,11 +38,15 @@ const std::vector<std::string>& patternsFor(DirKind kind) {
                                             "logs/error-*.json"};
   static const std::vector<std::string> sweep{"sweep.yaml", "sweep_summary.csv", "sweep_summary.md",
                                               "*.tmp.*", "[0-9][0-9][0-9]-*/"};
-  return kind == DirKind::kRun ? run : sweep;
+  static const std::vector<std::string> hf_export{
+      "config.json",    "generation_config.json", "model.safetensors",
+      "tokenizer.json", "tokenizer_config.json",  "vocabulary.json",
+      "*.tmp.*"};
+  return kind == DirKind::kRun ? run : kind == DirKind::kSweep ? sweep : hf_export;
 }
 
 const char* kindName(DirKind kind) {
-  return kind == DirKind::kRun ? "run" : "sweep";
+  return kind == DirKind::kRun ? "run" : kind == DirKind::kSweep ? "sweep" : "export";
 }
 
 // The marker's kind, or "" when there is none or it cannot be read.
@@ -124,7 +128,12 @@ void checkOwnable(const std::string& dir, DirKind kind) {
                     "another directory",
                     dir, marker, kindName(kind)));
   std::vector<std::string> entries;
-  for (const auto& e : fs::directory_iterator(dir, ec)) entries.push_back(e.path().filename());
+  // Another agent of the same job (each node's launcher, on a shared filesystem) may be writing
+  // the marker right now: its temporary file is ltrain's, not a stranger's.
+  const std::string marker_tmp = std::string(kMarker) + ".tmp.";
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename().string().rfind(marker_tmp, 0) != 0)
+      entries.push_back(e.path().filename());
   if (entries.empty()) return;
   std::sort(entries.begin(), entries.end());
   throw UsageError(fmt::format(

@@ -117,7 +117,10 @@ class Launcher {
     }
     for (int attempt = 0;; ++attempt) {
       spawnAll(attempt);
-      const int failed_rank = monitor(attempt);
+      int failed_rank = monitor(attempt);
+      // A local worker that fails just after another node's (its collective lost the peer) is
+      // the consequence, not the cause: the job reports and follows the first failure.
+      if (failed_rank >= 0 && !g_signal && secondaryFailure(attempt)) failed_rank = kPeerFailed;
       if (failed_rank == kPeerFailed) {
         // Another node's worker failed: this node stops and, with restarts left, starts the same
         // new round as every other node (restarts are counted once per job).
@@ -214,6 +217,20 @@ class Launcher {
                       "it); restarts are no longer coordinated: {}",
                       o_.node_rank, o_.master_addr, port_, msg.substr(0, msg.find('\n'))));
       return false;
+    }
+  }
+  // Waits up to a second for another node's failure of this round to be published.
+  bool secondaryFailure(int attempt) {
+    if (!coordinated() || store_lost_) return false;
+    const auto until = Clock::now() + std::chrono::seconds(1);
+    while (true) {
+      try {
+        if (store_->check({failureKey(attempt)})) return true;
+      } catch (const std::exception&) {
+        return false;
+      }
+      if (Clock::now() >= until) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
   }
   std::string peerFailure(int attempt) {
