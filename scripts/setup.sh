@@ -12,6 +12,7 @@ REQS=$here/requirements.txt
 APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config zlib1g-dev
   libcli11-dev libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 libgloo-dev nlohmann-json3-dev
+  libpcre2-dev  # the Unicode regex of byte-level BPE tokenizers (ltrain generate's prompts)
   dataset-fashion-mnist fortunes  # quickstart data; the text corpus of configs/gpt_char.yaml
   clang libclang-rt-14-dev iproute2  # fuzzing (libFuzzer), multi-node tests (ip netns)
   slurmctld slurmd slurm-client munge  # the test that runs a real single-node Slurm

@@ -67,7 +67,9 @@ Splits loadCifar(const std::string& dir, int classes) {
     train.push_back(dir + "/train.bin");
     test.push_back(dir + "/test.bin");
   }
-  Splits s{readFiles(train, classes), readFiles(test, classes)};
+  Splits s;
+  s.train = readFiles(train, classes);
+  s.test = readFiles(test, classes);
   // Per-channel statistics of each training set, as the common PyTorch recipes use.
   const std::vector<float> mean = classes == 10 ? std::vector<float>{0.4914f, 0.4822f, 0.4465f}
                                                 : std::vector<float>{0.5071f, 0.4865f, 0.4409f};

@@ -3,11 +3,28 @@
 #pragma once
 #include <torch/types.h>
 
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "ltrain/config/experiment_config.h"
 
 namespace ltrain::data {
+
+// Examples that are not rows of tensors in memory (token shards, memory-mapped): the loader asks
+// the source for a batch's examples. Called from the loader's threads at once.
+class ExampleSource {
+ public:
+  virtual ~ExampleSource() = default;
+  virtual int64_t size() const = 0;
+  virtual std::vector<int64_t> exampleShape() const = 0;
+  // The examples at `indices`: inputs [count, ...] and targets [count, ...], int64 on the CPU.
+  virtual void gather(const int64_t* indices, int64_t count, torch::Tensor& inputs,
+                      torch::Tensor& targets) const = 0;
+  // Language-model blocks: cuts the corpus anew, the blocks starting `offset` tokens later (not
+  // called while a loader runs).
+  virtual void shift(int64_t offset) = 0;
+};
 
 struct Dataset {
   torch::Tensor inputs;  // [N, C, H, W] or [N, F], uint8 (scaled by 1/255) or float32; text: [N, T]
@@ -20,19 +37,36 @@ struct Dataset {
   // held-out split is called validation.
   bool tokens = false;
   torch::Tensor token_stream;  // text: the split's tokens, of which inputs and targets are views
-  int64_t size() const { return targets.size(0); }
-  std::vector<int64_t> exampleShape() const { return inputs.sizes().slice(1).vec(); }
+  // When set, the examples come from here and inputs/targets stay empty (data.dataset tokens).
+  std::shared_ptr<ExampleSource> source;
+  int64_t size() const { return source ? source->size() : targets.size(0); }
+  std::vector<int64_t> exampleShape() const {
+    return source ? source->exampleShape() : inputs.sizes().slice(1).vec();
+  }
+  // Targets in the split: examples, or tokens for a language model.
+  int64_t targetCount() const {
+    if (!source) return targets.numel();
+    int64_t n = size();
+    for (auto d : exampleShape()) n *= d;
+    return n;
+  }
 };
 
 struct Splits {
   Dataset train, test;
+  // What turns the model's tokens back into text, saved in the run directory for `ltrain
+  // generate`: a text run's vocabulary.json, or the tokenizer.json beside token shards.
+  std::string vocabulary_json;
+  std::string tokenizer_file;
 };
 
 // The directory data.path resolves to ("" -> the dataset's standard location).
 std::string resolvedDataPath(const config::DataConfig& cfg);
 // Throws UsageError for a missing or malformed dataset.
-// Text is cut into blocks of `block_size` tokens (model.block_size).
-Splits loadDataset(const config::DataConfig& cfg, uint64_t seed, int64_t block_size = 0);
+// Text and token shards are cut into blocks of `block_size` tokens (model.block_size); token ids
+// are checked against `vocab_size` (model.vocab_size; 0: the data's own).
+Splits loadDataset(const config::DataConfig& cfg, uint64_t seed, int64_t block_size = 0,
+                   int64_t vocab_size = 0);
 // Images [N,H,W] + labels [N] from two IDX files, checked against each other.
 Dataset loadIdxPair(const std::string& images, const std::string& labels, int64_t num_classes);
 

@@ -8,8 +8,13 @@ namespace ltrain::data {
 Batch makeBatch(const Dataset& ds, const int64_t* indices, int64_t count, bool pin,
                 const Augment& augment, int64_t batch_index) {
   torch::NoGradGuard no_grad;
-  auto idx = torch::from_blob(const_cast<int64_t*>(indices), {count}, torch::kLong);
   Batch b;
+  if (ds.source) {
+    ds.source->gather(indices, count, b.inputs, b.targets);
+    if (pin) b.inputs = b.inputs.pin_memory(), b.targets = b.targets.pin_memory();
+    return b;
+  }
+  auto idx = torch::from_blob(const_cast<int64_t*>(indices), {count}, torch::kLong);
   b.targets = ds.targets.index_select(0, idx);
   // Cropped and flipped before normalising, so that the padding is black, as torchvision's
   // RandomCrop before Normalize pads.

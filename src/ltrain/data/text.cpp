@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/data/codec.h"
 
 namespace ltrain::data {
 namespace {
@@ -102,7 +103,7 @@ std::vector<int64_t> tokenize(const std::string& text, config::Tokenizer tokeniz
 }
 
 Splits loadText(const std::string& path, config::Tokenizer tokenizer, double val_fraction,
-                int64_t block_size) {
+                int64_t block_size, int64_t vocab_size) {
   const std::string text = readText(path);
   Vocabulary vocab;
   std::vector<int64_t> tokens = tokenize(text, tokenizer, vocab, path);
@@ -116,10 +117,17 @@ Splits loadText(const std::string& path, config::Tokenizer tokenizer, double val
         path, n, block_size, val_fraction, n_val));
   if (vocab.size() < 2)
     throw UsageError(fmt::format("data file '{}' holds a single distinct character", path));
+  // A larger vocabulary is padding (as nanoGPT's 50304 for GPT-2's 50257): logits never trained.
+  if (vocab_size > 0 && vocab_size < vocab.size())
+    throw UsageError(
+        fmt::format("model.vocab_size {} is smaller than the {} distinct tokens of data file '{}'",
+                    vocab_size, vocab.size(), path));
+  const int64_t classes = vocab_size > 0 ? vocab_size : vocab.size();
   auto stream = torch::from_blob(tokens.data(), {n}, torch::kLong).clone();
   Splits s;
-  s.train = blocks(stream.narrow(0, 0, n - n_val), block_size, vocab.size());
-  s.test = blocks(stream.narrow(0, n - n_val, n_val), block_size, vocab.size());
+  s.train = blocks(stream.narrow(0, 0, n - n_val), block_size, classes);
+  s.test = blocks(stream.narrow(0, n - n_val, n_val), block_size, classes);
+  s.vocabulary_json = vocabularyJson(vocab);
   return s;
 }
 
@@ -133,6 +141,7 @@ int64_t blockOffset(uint64_t seed, int64_t epoch, int64_t block_size) {
 }
 
 void shiftBlocks(Dataset& ds, int64_t offset) {
+  if (ds.source) return ds.source->shift(offset);
   cut(ds, ds.inputs.size(1), offset);
 }
 

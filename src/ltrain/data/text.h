@@ -25,10 +25,11 @@ std::vector<int64_t> tokenize(const std::string& text, config::Tokenizer tokeniz
                               Vocabulary& vocab, const std::string& path);
 
 // Train and validation splits of `path`: inputs and targets [N, block_size] int64 (views of one
-// token stream), num_classes the vocabulary size. UsageError for a missing or unreadable file, or
-// one too short to give each split a block.
+// token stream), num_classes the vocabulary size (`vocab_size` when larger: padding, as nanoGPT
+// pads GPT-2's). UsageError for a missing or unreadable file, or one too short to give each split
+// a block.
 Splits loadText(const std::string& path, config::Tokenizer tokenizer, double val_fraction,
-                int64_t block_size);
+                int64_t block_size, int64_t vocab_size = 0);
 
 // The offset in [0, block_size) of epoch `epoch`'s training blocks: the same on every rank.
 int64_t blockOffset(uint64_t seed, int64_t epoch, int64_t block_size);

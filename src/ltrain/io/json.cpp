@@ -18,6 +18,8 @@ Json readJsonFile(const std::string& path) {
     return Json::parse(text);
   } catch (const Json::parse_error& e) {
     throw UsageError(fmt::format("'{}' is not valid JSON (byte {})", path, e.byte));
+  } catch (const Json::exception& e) {  // a number past double's range (found by fuzz_tokens)
+    throw UsageError(fmt::format("'{}' is not valid JSON: {}", path, e.what()));
   }
 }
 

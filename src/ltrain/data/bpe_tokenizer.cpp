@@ -1,0 +1,406 @@
+// Byte-level BPE as Hugging Face tokenizers runs it from a tokenizer.json: added tokens split out
+// first, then the pre-tokenizer's regex (GPT-2's, or a Split pattern as Llama 3's) cuts words,
+// each word's UTF-8 bytes become the printable characters of GPT-2's byte map, and merges apply
+// by rank; a template post-processor may add special tokens (Llama 3's <|begin_of_text|>).
+// Written here because no C++ library for tokenizer.json is packaged for Debian; the regex engine
+// is PCRE2's, with Unicode properties, as the patterns need.
+#define PCRE2_CODE_UNIT_WIDTH 8
+#include <fmt/format.h>
+#include <pcre2.h>
+
+#include <algorithm>
+#include <climits>
+#include <map>
+#include <unordered_map>
+
+#include "ltrain/common/errors.h"
+#include "ltrain/data/codec.h"
+#include "ltrain/io/json.h"
+
+namespace ltrain::data {
+namespace {
+
+// GPT-2's pre-tokenization pattern, which ByteLevel(use_regex: true) applies.
+constexpr const char* kGpt2Pattern =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
+
+void appendUtf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += static_cast<char>(cp);
+  } else if (cp < 0x800) {
+    out += static_cast<char>(0xc0 | (cp >> 6));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else if (cp < 0x10000) {
+    out += static_cast<char>(0xe0 | (cp >> 12));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  } else {
+    out += static_cast<char>(0xf0 | (cp >> 18));
+    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
+    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
+    out += static_cast<char>(0x80 | (cp & 0x3f));
+  }
+}
+
+// GPT-2's bytes_to_unicode: printable bytes stand for themselves, the others for 256 + n.
+struct ByteMap {
+  std::string to_char[256];                    // byte -> UTF-8 of its character
+  std::unordered_map<uint32_t, uint8_t> back;  // character -> byte
+  ByteMap() {
+    uint32_t extra = 0;
+    for (uint32_t b = 0; b < 256; ++b) {
+      const bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || b >= 174;
+      const uint32_t cp = printable ? b : 256 + extra++;
+      appendUtf8(to_char[b], cp);
+      back[cp] = static_cast<uint8_t>(b);
+    }
+  }
+};
+const ByteMap& byteMap() {
+  static const ByteMap m;
+  return m;
+}
+
+// The code points of a UTF-8 string (already validated).
+std::vector<uint32_t> codePoints(const std::string& s) {
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < s.size();) {
+    const auto b = static_cast<unsigned char>(s[i]);
+    const int len = b < 0x80 ? 1 : b < 0xe0 ? 2 : b < 0xf0 ? 3 : 4;
+    uint32_t cp = len == 1 ? b : b & (0xff >> (len + 1));
+    for (int k = 1; k < len && i + k < s.size(); ++k)
+      cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
+    out.push_back(cp);
+    i += len;
+  }
+  return out;
+}
+
+class Regex {
+ public:
+  Regex(const std::string& pattern, const std::string& file) {
+    int err = 0;
+    PCRE2_SIZE at = 0;
+    code_ = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.c_str()), pattern.size(),
+                          PCRE2_UTF | PCRE2_UCP, &err, &at, nullptr);
+    if (!code_) {
+      PCRE2_UCHAR msg[256];
+      pcre2_get_error_message(err, msg, sizeof msg);
+      throw UsageError(
+          fmt::format("tokenizer file '{}': its pre-tokenizer pattern does not "
+                      "compile at offset {}: {}",
+                      file, at, reinterpret_cast<const char*>(msg)));
+    }
+  }
+  ~Regex() { pcre2_code_free(code_); }
+  Regex(const Regex&) = delete;
+  Regex& operator=(const Regex&) = delete;
+
+  // HF's "Isolated" split: each match is a piece, and so is each stretch between matches.
+  std::vector<std::string> split(const std::string& text) const {
+    std::vector<std::string> out;
+    pcre2_match_data* md = pcre2_match_data_create_from_pattern(code_, nullptr);
+    size_t pos = 0, last = 0;
+    while (pos <= text.size()) {
+      const int rc = pcre2_match(code_, reinterpret_cast<PCRE2_SPTR>(text.data()), text.size(), pos,
+                                 0, md, nullptr);
+      if (rc < 0) break;
+      const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(md);
+      if (ov[0] == ov[1]) {  // an empty match: step over one character
+        pos = ov[1] + 1;
+        while (pos < text.size() && (static_cast<unsigned char>(text[pos]) & 0xc0) == 0x80) ++pos;
+        continue;
+      }
+      if (ov[0] > last) out.push_back(text.substr(last, ov[0] - last));
+      out.push_back(text.substr(ov[0], ov[1] - ov[0]));
+      pos = last = ov[1];
+    }
+    if (last < text.size()) out.push_back(text.substr(last));
+    pcre2_match_data_free(md);
+    return out;
+  }
+
+ private:
+  pcre2_code* code_ = nullptr;
+};
+
+class Bpe final : public TextCodec {
+ public:
+  explicit Bpe(const std::string& path) : path_(path) {
+    const io::Json j = io::readJsonFile(path);
+    auto refuse = [&](const std::string& what) {
+      return UsageError(fmt::format(
+          "tokenizer file '{}': {} (ltrain reads byte-level BPE tokenizers, as GPT-2's, Llama "
+          "3's and scripts/prepare_tokens.py's)",
+          path, what));
+    };
+    if (!j.is_object() || !j.contains("model") || !j["model"].is_object())
+      throw refuse("no \"model\" object: not a Hugging Face tokenizer.json");
+    const auto& model = j["model"];
+    if (model.value("type", "") != "BPE")
+      throw refuse(fmt::format("model type '{}'", model.value("type", "?")));
+    if (model.value("byte_fallback", false)) throw refuse("byte_fallback BPE (SentencePiece's)");
+    if (!model.value("continuing_subword_prefix", io::Json()).is_null() &&
+        !model["continuing_subword_prefix"].get<std::string>().empty())
+      throw refuse("a continuing_subword_prefix");
+    if (j.contains("normalizer") && !j["normalizer"].is_null())
+      throw refuse(fmt::format("normalizer '{}'", j["normalizer"].value("type", "?")));
+    ignore_merges_ = model.value("ignore_merges", false);
+    if (!model.contains("vocab") || !model["vocab"].is_object()) throw refuse("no model.vocab");
+    for (const auto& [token, id] : model["vocab"].items()) {
+      vocab_[token] = tokenId(id, token, refuse);
+      size_ = std::max(size_, vocab_[token] + 1);
+    }
+    int rank = 0;
+    for (const auto& m : model.value("merges", io::Json::array())) {
+      std::string a, b;
+      if (m.is_string()) {  // "a b", the older form
+        const auto s = m.get<std::string>();
+        const auto sp = s.find(' ');
+        if (sp == std::string::npos) throw refuse(fmt::format("merge '{}' is not 'a b'", s));
+        a = s.substr(0, sp), b = s.substr(sp + 1);
+      } else if (m.is_array() && m.size() == 2) {
+        a = m[0].get<std::string>(), b = m[1].get<std::string>();
+      } else {
+        throw refuse("a merge that is neither \"a b\" nor [a, b]");
+      }
+      ranks_.emplace(a + '\0' + b, rank++);
+    }
+    for (const auto& t : j.value("added_tokens", io::Json::array())) {
+      if (!t.is_object() || !t.contains("content") || !t["content"].is_string())
+        throw refuse("an added token without a \"content\" string");
+      const auto id = tokenId(t.value("id", io::Json()), t["content"].get<std::string>(), refuse);
+      added_.emplace_back(t["content"].get<std::string>(), id);
+      added_by_id_[id] = added_.back().first;
+      size_ = std::max(size_, id + 1);
+    }
+    // Longest first, so that a token that begins another does not cut it.
+    std::sort(added_.begin(), added_.end(),
+              [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
+    readPreTokenizer(j.value("pre_tokenizer", io::Json()), refuse);
+    readPostProcessor(j.value("post_processor", io::Json()), refuse);
+    for (const auto& [token, id] : vocab_) by_id_[id] = token;
+  }
+
+  int64_t vocabSize() const override { return size_; }
+
+  std::vector<int64_t> encode(const std::string& text) const override {
+    std::vector<int64_t> ids;
+    for (const auto& part : template_) {
+      if (part.first.empty()) {
+        encodeText(text, ids);
+      } else {
+        ids.insert(ids.end(), part.second.begin(), part.second.end());
+      }
+    }
+    return ids;
+  }
+
+  std::string decode(const std::vector<int64_t>& ids) const override {
+    std::string out;
+    const auto& bm = byteMap();
+    for (auto id : ids) {
+      if (auto a = added_by_id_.find(id); a != added_by_id_.end()) {
+        out += a->second;
+        continue;
+      }
+      auto t = by_id_.find(id);
+      if (t == by_id_.end()) continue;  // an id the model may emit but the tokenizer never made
+      for (uint32_t cp : codePoints(t->second)) {
+        auto b = bm.back.find(cp);
+        if (b != bm.back.end())
+          out += static_cast<char>(b->second);
+        else
+          appendUtf8(out, cp);
+      }
+    }
+    return out;
+  }
+
+ private:
+  // A token's id: an integer in [0, 2^31), so that a corrupt file cannot ask for an embedding
+  // table of 2^60 rows.
+  template <class Refuse>
+  static int64_t tokenId(const io::Json& id, const std::string& token, const Refuse& refuse) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= (1LL << 31))
+      throw refuse(
+          fmt::format("token '{}' has id {}, expected an integer in [0, 2^31)", token, id.dump()));
+    return id.get<int64_t>();
+  }
+
+  template <class Refuse>
+  void readPreTokenizer(const io::Json& pt, const Refuse& refuse) {
+    if (pt.is_null()) throw refuse("no pre_tokenizer");
+    std::vector<io::Json> steps;
+    if (pt.value("type", "") == "Sequence")
+      for (const auto& s : pt.value("pretokenizers", io::Json::array())) steps.push_back(s);
+    else
+      steps.push_back(pt);
+    bool byte_level = false;
+    for (const auto& s : steps) {
+      const std::string type = s.value("type", "");
+      if (type == "ByteLevel") {
+        byte_level = true;
+        add_prefix_space_ = s.value("add_prefix_space", false);
+        if (s.value("use_regex", true))
+          patterns_.push_back(std::make_unique<Regex>(kGpt2Pattern, path_));
+      } else if (type == "Split") {
+        const auto& pat = s.value("pattern", io::Json::object());
+        if (!pat.contains("Regex") && !pat.contains("String"))
+          throw refuse("a Split pre-tokenizer without a pattern");
+        if (s.value("behavior", "") != "Isolated" || s.value("invert", false))
+          throw refuse("a Split pre-tokenizer whose behavior is not Isolated");
+        std::string re = pat.contains("Regex") ? pat["Regex"].get<std::string>() : "";
+        if (pat.contains("String")) {  // a literal: quoted for the regex engine
+          re = "\\Q" + pat["String"].get<std::string>() + "\\E";
+        }
+        patterns_.push_back(std::make_unique<Regex>(re, path_));
+      } else {
+        throw refuse(fmt::format("pre-tokenizer '{}'", type));
+      }
+    }
+    if (!byte_level) throw refuse("no ByteLevel pre-tokenizer");
+  }
+
+  template <class Refuse>
+  void readPostProcessor(const io::Json& pp, const Refuse& refuse) {
+    template_ = {{"", {}}};  // the text alone
+    if (pp.is_null()) return;
+    std::vector<io::Json> steps;
+    if (pp.value("type", "") == "Sequence")
+      for (const auto& s : pp.value("processors", io::Json::array())) steps.push_back(s);
+    else
+      steps.push_back(pp);
+    for (const auto& s : steps) {
+      const std::string type = s.value("type", "");
+      if (type == "ByteLevel") continue;  // offsets only
+      if (type != "TemplateProcessing") throw refuse(fmt::format("post-processor '{}'", type));
+      template_.clear();
+      for (const auto& item : s.value("single", io::Json::array())) {
+        if (item.contains("Sequence")) {
+          template_.push_back({"", {}});
+        } else if (item.contains("SpecialToken")) {
+          const std::string name = item["SpecialToken"].value("id", "");
+          const auto& special = s.value("special_tokens", io::Json::object());
+          if (!special.contains(name))
+            throw refuse(fmt::format("template token '{}' undefined", name));
+          template_.push_back({name, special[name].value("ids", std::vector<int64_t>{})});
+        }
+      }
+    }
+  }
+
+  void encodeText(const std::string& text, std::vector<int64_t>& ids) const {
+    // Added tokens first: the text between them is encoded as words.
+    size_t pos = 0, from = 0;
+    while (pos < text.size()) {
+      const std::pair<std::string, int64_t>* hit = nullptr;
+      for (const auto& a : added_)
+        if (!a.first.empty() && text.compare(pos, a.first.size(), a.first) == 0) {
+          hit = &a;
+          break;
+        }
+      if (!hit) {
+        ++pos;
+        continue;
+      }
+      encodeWords(text.substr(from, pos - from), ids, from == 0);
+      ids.push_back(hit->second);
+      pos += hit->first.size();
+      from = pos;
+    }
+    encodeWords(text.substr(from), ids, from == 0);
+  }
+
+  void encodeWords(std::string text, std::vector<int64_t>& ids, bool at_start) const {
+    if (text.empty()) return;
+    if (add_prefix_space_ && at_start && text[0] != ' ') text.insert(0, " ");
+    std::vector<std::string> words{text};
+    for (const auto& re : patterns_) {
+      std::vector<std::string> next;
+      for (const auto& w : words)
+        for (auto& piece : re->split(w)) next.push_back(std::move(piece));
+      words = std::move(next);
+    }
+    for (const auto& w : words) encodeWord(w, ids);
+  }
+
+  void encodeWord(const std::string& word, std::vector<int64_t>& ids) const {
+    std::string mapped;
+    std::vector<std::string> parts;
+    for (unsigned char b : word) {
+      parts.push_back(byteMap().to_char[b]);
+      mapped += parts.back();
+    }
+    if (ignore_merges_)
+      if (auto it = vocab_.find(mapped); it != vocab_.end()) return ids.push_back(it->second);
+    // Merge the adjacent pair of lowest rank until none is in the table (GPT-2's loop).
+    while (parts.size() > 1) {
+      int best = INT_MAX;
+      size_t at = 0;
+      for (size_t i = 0; i + 1 < parts.size(); ++i) {
+        auto r = ranks_.find(parts[i] + '\0' + parts[i + 1]);
+        if (r != ranks_.end() && r->second < best) best = r->second, at = i;
+      }
+      if (best == INT_MAX) break;
+      const std::string a = parts[at], b = parts[at + 1];
+      std::vector<std::string> merged;
+      for (size_t i = 0; i < parts.size(); ++i) {
+        if (i + 1 < parts.size() && parts[i] == a && parts[i + 1] == b) {
+          merged.push_back(a + b);
+          ++i;
+        } else {
+          merged.push_back(parts[i]);
+        }
+      }
+      parts = std::move(merged);
+    }
+    for (const auto& p : parts) {
+      auto it = vocab_.find(p);
+      if (it == vocab_.end())
+        throw UsageError(fmt::format(
+            "tokenizer file '{}' has no token for '{}' (the vocabulary lacks a byte)", path_, p));
+      ids.push_back(it->second);
+    }
+  }
+
+  std::string path_;
+  std::unordered_map<std::string, int64_t> vocab_;
+  std::unordered_map<int64_t, std::string> by_id_, added_by_id_;
+  std::unordered_map<std::string, int> ranks_;
+  std::vector<std::pair<std::string, int64_t>> added_;
+  std::vector<std::unique_ptr<Regex>> patterns_;
+  std::vector<std::pair<std::string, std::vector<int64_t>>> template_;  // "" = the text
+  bool add_prefix_space_ = false, ignore_merges_ = false;
+  int64_t size_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<TextCodec> loadBpe(const std::string& path) {
+  try {
+    return std::make_unique<Bpe>(path);
+  } catch (const io::Json::exception& e) {  // a field of the wrong type, found by fuzz_tokens
+    throw UsageError(fmt::format("tokenizer file '{}' is malformed: {}", path, e.what()));
+  }
+}
+
+int64_t tokenizerVocabSize(const std::string& path) {
+  const io::Json j = io::readJsonFile(path);
+  int64_t size = 0;
+  if (j.is_object() && j.contains("model") && j["model"].contains("vocab") &&
+      j["model"]["vocab"].is_object())
+    for (const auto& [token, id] : j["model"]["vocab"].items())
+      if (id.is_number_integer() && id.get<int64_t>() < (1LL << 31))
+        size = std::max(size, id.get<int64_t>() + 1);
+  if (j.is_object() && j.contains("added_tokens") && j["added_tokens"].is_array())
+    for (const auto& t : j["added_tokens"])
+      if (t.contains("id") && t["id"].is_number_integer() && t["id"].get<int64_t>() < (1LL << 31))
+        size = std::max(size, t["id"].get<int64_t>() + 1);
+  if (size == 0)
+    throw UsageError(
+        fmt::format("tokenizer file '{}' defines no vocabulary (expected model.vocab)", path));
+  return size;
+}
+
+}  // namespace ltrain::data
