@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cmath>
+#include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
@@ -25,6 +26,7 @@
 #include "ltrain/sweep/sweep.h"
 
 #include "ltrain/train/evaluate.h"
+#include "ltrain/train/inference.h"
 #include "ltrain/train/preflight.h"
 #include "ltrain/train/run_dir.h"
 #include "ltrain/train/trainer.h"
@@ -42,6 +44,8 @@ struct Args {
   bool multirun = false;  // train -m: the overrides' lists and ranges make a sweep
   int64_t parallel = 1;
   std::string sweep_file, runs_dir;
+  std::string run_dir, tokenizer, hf_dir, prompt;  // generate, export
+  ltrain::models::SamplingOptions sampling;
   ltrain::launch::LaunchOptions launch;
 };
 
@@ -144,6 +148,10 @@ int cmdConfig(const Args& a) {
   return 0;
 }
 
+ltrain::train::InferenceRequest inferenceRequest(const Args& a) {
+  return {a.config, a.overrides, a.checkpoint, a.run_dir, a.tokenizer};
+}
+
 std::string oneLine(std::string s) {
   auto nl = s.find('\n');
   return nl == std::string::npos ? s : s.substr(0, nl);
@@ -172,6 +180,9 @@ void addLaunchOptions(CLI::App* app, ltrain::launch::LaunchOptions& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A peer that died leaves a closed socket: writing to it must fail the collective with an error
+  // that names the peer, not kill this process silently with SIGPIPE.
+  std::signal(SIGPIPE, SIG_IGN);
   ltrain::tuneAllocatorForTraining();
   CLI::App app{"ltrain: train LibTorch models from a YAML config, on one or many devices"};
   app.require_subcommand(1);
@@ -223,6 +234,47 @@ int main(int argc, char** argv) {
       ->required();
   eval->footer(keys);
 
+  auto* generate = app.add_subcommand(
+      "generate", "Continue a prompt with a trained gpt or llama (KV cache; tokens/s on stderr)");
+  generate->add_option("config", a.config, "Experiment config (YAML); or --run");
+  generate->add_option("overrides", a.overrides, "KEY=VALUE overrides");
+  generate->add_option("--checkpoint", a.checkpoint,
+                       "A checkpoint (.pt) or a model.safetensors (default: the run's newest)");
+  generate->add_option("--run", a.run_dir, "A run directory: its config.yaml and newest weights");
+  generate->add_option("--prompt", a.prompt, "The text to continue")->required();
+  generate->add_option("--max-new-tokens", a.sampling.max_new_tokens, "Tokens to generate")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  generate
+      ->add_option("--temperature", a.sampling.temperature,
+                   "Sampling temperature; 0: greedy (the most likely token each step)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  generate->add_option("--top-k", a.sampling.top_k, "Sample among the K most likely; 0: all")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  generate
+      ->add_option("--top-p", a.sampling.top_p,
+                   "Sample among the most likely tokens whose probability reaches P")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
+  generate->add_option("--seed", a.sampling.seed, "Seed of the sampling")->capture_default_str();
+  generate->add_option("--tokenizer", a.tokenizer,
+                       "vocabulary.json or tokenizer.json (default: the run directory's)");
+
+  auto* export_cmd = app.add_subcommand(
+      "export", "Write trained weights as a Hugging Face model directory (transformers loads it)");
+  export_cmd->add_option("config", a.config, "Experiment config (YAML); or --run");
+  export_cmd->add_option("overrides", a.overrides, "KEY=VALUE overrides");
+  export_cmd->add_option("--checkpoint", a.checkpoint,
+                         "A checkpoint (.pt) or a model.safetensors (default: the run's newest)");
+  export_cmd->add_option("--run", a.run_dir, "A run directory: its config.yaml and newest weights");
+  export_cmd
+      ->add_option("--hf", a.hf_dir, "The directory to write (config.json, model.safetensors)")
+      ->required();
+  export_cmd->add_option("--tokenizer", a.tokenizer,
+                         "tokenizer.json to copy beside the weights (default: the run's)");
+
   ltrain::launch::LaunchOptions lo;
   auto* launch =
       app.add_subcommand("launch", "Run PROGRAM as one worker per device, torchrun-style");
@@ -268,6 +320,14 @@ int main(int argc, char** argv) {
     }
     if (app.got_subcommand(launch)) return ltrain::launch::runLauncher(lo);
     if (app.got_subcommand(eval)) return cmdEval(a);
+    if (app.got_subcommand(generate)) {
+      ltrain::train::runGenerate(inferenceRequest(a), a.prompt, a.sampling);
+      return 0;
+    }
+    if (app.got_subcommand(export_cmd)) {
+      ltrain::train::runExport(inferenceRequest(a), a.hf_dir);
+      return 0;
+    }
     return cmdConfig(a);
   } catch (const ltrain::Interrupted& e) {
     spdlog::warn("{}", e.what());  // a stop request, not an error: exit 128 + signal, as torchrun

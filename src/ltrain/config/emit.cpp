@@ -16,7 +16,7 @@ std::string flow(const YAML::Node& n) {
 }
 
 bool shown(const Option& o, const ExperimentConfig& cfg) {
-  return o.model.empty() || o.model == cfg.model.name;
+  return o.appliesTo(cfg.model.name);
 }
 
 std::string section(const std::string& path) {
@@ -47,7 +47,7 @@ std::string constraints(const Option& o) {
   if (!o.choices.empty()) parts.push_back(fmt::format("one of {}", fmt::join(o.choices, ", ")));
   if (o.min) parts.push_back(fmt::format("{} {:g}", o.min_exclusive ? ">" : ">=", *o.min));
   if (o.max) parts.push_back(fmt::format("<= {:g}", *o.max));
-  if (!o.model.empty()) parts.push_back(fmt::format("model {} only", o.model));
+  if (!o.model.empty()) parts.push_back(fmt::format("model {} only", o.model));  // "gpt|llama"
   return fmt::format("{}", fmt::join(parts, "; "));
 }
 

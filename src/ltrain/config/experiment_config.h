@@ -14,8 +14,10 @@ struct DataConfig {
   std::string path;
   std::string label_column;  // csv: the class column
   Augment augment;
-  Tokenizer tokenizer;  // text
-  double val_fraction;  // text: the end of the file held out for validation
+  Tokenizer tokenizer;                 // text
+  double val_fraction;                 // text: the end of the file held out for validation
+  std::string train_files, val_files;  // tokens: globs of shards under path
+  TokenFormat token_format;
   int64_t augment_pad;
   int64_t batch_size;
   int64_t eval_batch_size;
@@ -55,8 +57,14 @@ struct ModelConfig {
   std::vector<int64_t> fc;
   int64_t depth;                                // resnet: 18 or 34
   int64_t width;                                // resnet: channels of the first stage
-  int64_t n_layer, n_head, n_embd, block_size;  // gpt
-  bool tie_weights;                             // gpt: the head multiplies by the token embedding
+  int64_t n_layer, n_head, n_embd, block_size;  // gpt, llama
+  bool tie_weights;           // gpt, llama: the head multiplies by the token embedding
+  int64_t vocab_size;         // gpt, llama: 0 = the data's
+  Gelu gelu;                  // gpt: GELU exact or tanh-approximated (GPT-2's gelu_new)
+  int64_t n_kv_head;          // llama: key/value heads (grouped-query attention); 0 = n_head
+  int64_t intermediate_size;  // llama: SwiGLU width
+  double rope_theta;          // llama
+  double norm_eps;            // llama: RMSNorm epsilon
   Placement placement;
   int64_t pipeline_stages, micro_batches;
 };
@@ -69,6 +77,7 @@ struct OptimizerConfig {
   double weight_decay;
   std::vector<double> betas;
   double eps;
+  Decay decay;  // which parameters weight_decay applies to
 };
 
 struct SchedulerConfig {
@@ -77,6 +86,7 @@ struct SchedulerConfig {
   int64_t step_size;
   double gamma;
   double min_lr;
+  double decay_fraction;  // wsd: the share of steps, at the end, that decay to min_lr
 };
 
 struct TrainConfig {
@@ -94,6 +104,7 @@ struct TrainConfig {
   NonFinite nonfinite;  // what a step with inf/nan gradients does
   OnSignal on_signal;   // what SIGTERM/SIGINT do
   DeviceChoice device;  // auto: CUDA when present
+  double peak_flops;    // the device's peak for MFU; 0: from the table of known GPUs
 };
 
 struct DistConfig {

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/config/hf_config.h"
 #include "ltrain/config/schema.h"
 #include "ltrain/config/validate.h"
 
@@ -194,7 +195,7 @@ void checkOptions(const LoadedConfig& lc, const std::map<std::string, bool>& exp
                            ? std::string(e.what())
                            : fmt::format("{}: {}", src->second, e.what()));
     }
-    if (!opt.model.empty() && opt.model != c.model.name && explicitly_set.count(opt.path))
+    if (!opt.appliesTo(c.model.name) && explicitly_set.count(opt.path))
       throw UsageError(fmt::format("{}: {} is a field of model '{}', but model.name is '{}'",
                                    lc.sources.at(opt.path), opt.path, opt.model, c.model.name));
   }
@@ -211,6 +212,16 @@ void checkOptions(const LoadedConfig& lc, const std::map<std::string, bool>& exp
   if (c.name.empty() || c.name.find('/') != std::string::npos)
     throw UsageError(
         fmt::format("name must be a non-empty directory name without '/', got '{}'", c.name));
+}
+
+// Defaults that depend on the model: language models decay matrices only (nanoGPT's parameter
+// groups, as most LLM recipes), the others every parameter (torch.optim's default).
+void modelDefaults(LoadedConfig& lc) {
+  const bool lm = lc.cfg.model.name == "gpt" || lc.cfg.model.name == "llama";
+  if (lm && !lc.explicitly_set.count("optimizer.decay")) {
+    lc.cfg.optimizer.decay = Decay::kMatrices;
+    lc.sources["optimizer.decay"] = fmt::format("default (model {})", lc.cfg.model.name);
+  }
 }
 
 }  // namespace
@@ -240,7 +251,9 @@ LoadedConfig loadConfigText(const std::string& text, const std::string& origin,
   b.applyText(text, origin, {});
   for (const auto& o : overrides) b.applyOverride(o);
   b.out.explicitly_set = b.explicitly_set;
-  checkOptions(b.out, b.explicitly_set);
+  mergeHfConfig(b.out, b.out.explicitly_set);
+  modelDefaults(b.out);
+  checkOptions(b.out, b.out.explicitly_set);
   validate(b.out);
   return b.out;
 }

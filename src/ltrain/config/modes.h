@@ -20,10 +20,13 @@ enum class OnSignal { kCheckpoint, kStop };
 enum class Augment { kNone, kCropFlip };
 enum class Tokenizer { kChar, kByte };
 enum class OptimizerName { kSgd, kAdam, kAdamw };
-enum class SchedulerName { kConstant, kStep, kCosine, kLinear };
+enum class SchedulerName { kConstant, kStep, kCosine, kLinear, kWsd };
 enum class Activation { kRelu, kGelu, kTanh, kSigmoid };
 enum class Pool { kMax, kAvg, kNone };
 enum class DeviceChoice { kAuto, kCpu, kCuda };
+enum class TokenFormat { kAuto, kLlmC, kNanoGpt };
+enum class Gelu { kExact, kTanh };
+enum class Decay { kMatrices, kAll };
 
 template <class E>
 struct EnumNames;
@@ -48,12 +51,17 @@ LT_ENUM_NAMES(Tokenizer, {Tokenizer::kChar, "char"}, {Tokenizer::kByte, "byte"})
 LT_ENUM_NAMES(OptimizerName, {OptimizerName::kSgd, "sgd"}, {OptimizerName::kAdam, "adam"},
               {OptimizerName::kAdamw, "adamw"});
 LT_ENUM_NAMES(SchedulerName, {SchedulerName::kConstant, "constant"}, {SchedulerName::kStep, "step"},
-              {SchedulerName::kCosine, "cosine"}, {SchedulerName::kLinear, "linear"});
+              {SchedulerName::kCosine, "cosine"}, {SchedulerName::kLinear, "linear"},
+              {SchedulerName::kWsd, "wsd"});
 LT_ENUM_NAMES(Activation, {Activation::kRelu, "relu"}, {Activation::kGelu, "gelu"},
               {Activation::kTanh, "tanh"}, {Activation::kSigmoid, "sigmoid"});
 LT_ENUM_NAMES(Pool, {Pool::kMax, "max"}, {Pool::kAvg, "avg"}, {Pool::kNone, "none"});
 LT_ENUM_NAMES(DeviceChoice, {DeviceChoice::kAuto, "auto"}, {DeviceChoice::kCpu, "cpu"},
               {DeviceChoice::kCuda, "cuda"});
+LT_ENUM_NAMES(TokenFormat, {TokenFormat::kAuto, "auto"}, {TokenFormat::kLlmC, "llm_c"},
+              {TokenFormat::kNanoGpt, "nanogpt"});
+LT_ENUM_NAMES(Gelu, {Gelu::kExact, "exact"}, {Gelu::kTanh, "tanh"});
+LT_ENUM_NAMES(Decay, {Decay::kMatrices, "matrices"}, {Decay::kAll, "all"});
 #undef LT_ENUM_NAMES
 
 template <class E>

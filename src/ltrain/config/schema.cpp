@@ -141,6 +141,9 @@ LT_ENUM_TRAITS(SchedulerName);
 LT_ENUM_TRAITS(Activation);
 LT_ENUM_TRAITS(Pool);
 LT_ENUM_TRAITS(DeviceChoice);
+LT_ENUM_TRAITS(TokenFormat);
+LT_ENUM_TRAITS(Gelu);
+LT_ENUM_TRAITS(Decay);
 #undef LT_ENUM_TRAITS
 
 // model.layers: a list of layers, each a name ("relu") or a one-key mapping of the name to its
@@ -228,8 +231,6 @@ template <class T>
 std::string typeName() {
   if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>)
     return ValueTraits<T>::listName();
-  else if constexpr (std::is_same_v<T, std::vector<LayerSpec>>)
-    return "list of layers";
   else
     return ValueTraits<T>::name;
 }
@@ -268,15 +269,27 @@ std::vector<Option> buildSchema() {
 
       LT_OPT(data.dataset,
              "Dataset: IDX images (fashion_mnist, mnist), CIFAR binary files (cifar10, cifar100), "
-             "a table (csv: train.csv and test.csv), a text file for language modelling (text), or "
+             "a table (csv: train.csv and test.csv), a text file for language modelling (text), "
+             "pre-tokenised shards (tokens: nanoGPT's .bin or llm.c's, memory-mapped), or "
              "synthetic",
              S("fashion_mnist"))
-          .oneOf({"fashion_mnist", "mnist", "cifar10", "cifar100", "csv", "text", "synthetic"}),
+          .oneOf({"fashion_mnist", "mnist", "cifar10", "cifar100", "csv", "text", "tokens",
+                  "synthetic"}),
       LT_OPT(data.label_column, "csv: the column that holds the class", S("label")),
       LT_OPT(data.tokenizer,
              "text: tokens are the file's characters (UTF-8; the vocabulary is the characters it "
              "holds) or its bytes (256 tokens, any file)",
              Tokenizer::kChar),
+      LT_OPT(data.train_files,
+             "tokens: the training shards, a glob under data.path (fineweb_train_*.bin)",
+             S("*train*.bin")),
+      LT_OPT(data.val_files, "tokens: the validation shards, a glob under data.path",
+             S("*val*.bin")),
+      LT_OPT(data.token_format,
+             "tokens: llm_c (a 256-int32 header, magic 20240520 for uint16 tokens or 20240801 "
+             "for uint32), nanogpt (raw uint16), or auto (llm_c when the file starts with its "
+             "header)",
+             TokenFormat::kAuto),
       LT_OPT(data.val_fraction, "text: share of the file, from its end, held out for validation",
              0.1)
           .positive()
@@ -314,13 +327,15 @@ std::vector<Option> buildSchema() {
       LT_OPT(data.synthetic_classes, "synthetic: number of classes", int64_t{10}).atLeast(2),
 
       LT_OPT(model.name,
-             "Model family: mlp, cnn, resnet, gpt; layers (a network written in model.layers); "
-             "torchscript (a PyTorch module saved with TorchScript, model.path)",
+             "Model family: mlp, cnn, resnet, gpt (GPT-2's block), llama (Llama's: RMSNorm, rotary "
+             "positions, SwiGLU, grouped-query attention); layers (a network written in "
+             "model.layers); torchscript (a PyTorch module saved with TorchScript, model.path)",
              S("mlp"))
-          .oneOf({"mlp", "cnn", "resnet", "gpt", "layers", "torchscript"}),
+          .oneOf({"mlp", "cnn", "resnet", "gpt", "llama", "layers", "torchscript"}),
       LT_OPT(model.init_from,
-             "Initial weights from a .safetensors file with PyTorch's parameter names; empty: "
-             "seeded init",
+             "Initial weights: a .safetensors file with the model's parameter names, or a Hugging "
+             "Face model directory (config.json + model.safetensors, or sharded) whose "
+             "config.json also gives the fields the file leaves out; empty: seeded init",
              S("")),
       LT_OPT(model.layers,
              "layers: the network, a list of layers (conv2d: {out: 32, kernel: 3}, relu, "
@@ -366,19 +381,48 @@ std::vector<Option> buildSchema() {
              int64_t{64})
           .atLeast(1)
           .forModel("resnet"),
-      LT_OPT(model.n_layer, "gpt: transformer blocks", int64_t{4}).atLeast(1).forModel("gpt"),
-      LT_OPT(model.n_head, "gpt: attention heads (dividing model.n_embd)", int64_t{4})
+      LT_OPT(model.n_layer, "gpt, llama: transformer blocks", int64_t{4})
           .atLeast(1)
-          .forModel("gpt"),
-      LT_OPT(model.n_embd, "gpt: embedding width", int64_t{128}).atLeast(1).forModel("gpt"),
+          .forModel("gpt|llama"),
+      LT_OPT(model.n_head, "gpt, llama: attention heads (dividing model.n_embd)", int64_t{4})
+          .atLeast(1)
+          .forModel("gpt|llama"),
+      LT_OPT(model.n_embd, "gpt, llama: embedding width", int64_t{128})
+          .atLeast(1)
+          .forModel("gpt|llama"),
       LT_OPT(model.block_size,
-             "gpt: context length in tokens; text data is cut into blocks of this length",
+             "gpt, llama: context length in tokens; text and token shards are cut into blocks of "
+             "this length",
              int64_t{128})
           .atLeast(1)
-          .forModel("gpt"),
+          .forModel("gpt|llama"),
       LT_OPT(model.tie_weights,
-             "gpt: the output head reuses the token embedding matrix (GPT-2's weight tying)", true)
+             "gpt, llama: the output head reuses the token embedding matrix (GPT-2's weight "
+             "tying)",
+             true)
+          .forModel("gpt|llama"),
+      LT_OPT(model.vocab_size,
+             "gpt, llama: vocabulary size; 0: the data's (a text file's characters, or the "
+             "tokenizer.json beside token shards); larger pads it (nanoGPT's 50304)",
+             int64_t{0})
+          .atLeast(0)
+          .forModel("gpt|llama"),
+      LT_OPT(model.gelu, "gpt: GELU exact, or tanh-approximated (GPT-2's own, gelu_new)",
+             Gelu::kExact)
           .forModel("gpt"),
+      LT_OPT(model.n_kv_head,
+             "llama: key/value heads, dividing model.n_head (grouped-query attention); 0: "
+             "model.n_head",
+             int64_t{0})
+          .atLeast(0)
+          .forModel("llama"),
+      LT_OPT(model.intermediate_size, "llama: width of the SwiGLU MLP", int64_t{352})
+          .atLeast(1)
+          .forModel("llama"),
+      LT_OPT(model.rope_theta, "llama: base of the rotary position embedding", 10000.0)
+          .positive()
+          .forModel("llama"),
+      LT_OPT(model.norm_eps, "llama: RMSNorm epsilon", 1e-5).positive().forModel("llama"),
 
       LT_OPT(model.placement,
              "single: the whole model on the process's device; pipeline: the layers split into "
@@ -401,6 +445,11 @@ std::vector<Option> buildSchema() {
           .atLeast(0)
           .atMost(1),
       LT_OPT(optimizer.eps, "adam/adamw: epsilon", 1e-8).positive(),
+      LT_OPT(optimizer.decay,
+             "Which parameters weight_decay applies to: matrices (weights of 2 or more dimensions; "
+             "not biases, norms' scales; nanoGPT's rule and the default for gpt and llama) or all "
+             "(the default for the other models)",
+             Decay::kAll),
 
       LT_OPT(scheduler.name, "Learning-rate schedule after warm-up", SchedulerName::kConstant),
       LT_OPT(scheduler.warmup_steps, "Steps of linear warm-up from 0 to optimizer.lr", int64_t{0})
@@ -408,8 +457,14 @@ std::vector<Option> buildSchema() {
       LT_OPT(scheduler.step_size, "step: multiply by gamma every step_size steps", int64_t{1000})
           .atLeast(1),
       LT_OPT(scheduler.gamma, "step: decay factor", 0.1).positive().atMost(1),
-      LT_OPT(scheduler.min_lr, "cosine/linear: learning rate reached at the last step", 0.0)
+      LT_OPT(scheduler.min_lr, "cosine/linear/wsd: learning rate reached at the last step", 0.0)
           .atLeast(0),
+      LT_OPT(scheduler.decay_fraction,
+             "wsd (warm-up, stable, decay): the share of all steps, at the end, in which the "
+             "learning rate falls linearly to min_lr",
+             0.2)
+          .positive()
+          .atMost(1),
 
       LT_OPT(train.epochs, "Passes over the training set", int64_t{1}).atLeast(1),
       LT_OPT(train.max_steps, "Stop after this many optimizer steps; 0: no limit", int64_t{0})
@@ -443,6 +498,11 @@ std::vector<Option> buildSchema() {
              "Where a process computes: auto (cuda:<local rank> when CUDA is present, else the "
              "CPU), cpu (also on a machine with GPUs), or cuda (an error without one)",
              DeviceChoice::kAuto),
+      LT_OPT(train.peak_flops,
+             "The device's peak FLOP/s for the mfu metric (model FLOPs per token x tokens/s over "
+             "it); 0: the bf16 peak of a known GPU, no mfu elsewhere",
+             0.0)
+          .atLeast(0),
       LT_OPT(train.nonfinite,
              "A step whose gradients hold inf or nan: stop the run naming the step, or skip it "
              "(counted as skipped_steps); all ranks decide together. fp16 always skips (its loss "

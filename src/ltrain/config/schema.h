@@ -20,7 +20,7 @@ struct Option {
   std::vector<std::string> choices;  // non-empty: the value must be one of these
   std::optional<double> min, max;    // numeric bounds (each element for lists)
   bool min_exclusive = false;
-  std::string model;  // non-empty: a field of this model only (model.name must equal it)
+  std::string model;  // non-empty: a field of these models only ("gpt" or "gpt|llama")
   // Parses `node` into the config; throws UsageError whose text starts with what was expected.
   std::function<void(ExperimentConfig&, const YAML::Node&)> assign;
   std::function<YAML::Node(const ExperimentConfig&)> read;
@@ -48,6 +48,10 @@ struct Option {
   Option& forModel(std::string m) {
     model = std::move(m);
     return *this;
+  }
+  // Whether model.name `name` has this field.
+  bool appliesTo(const std::string& name) const {
+    return model.empty() || ("|" + model + "|").find("|" + name + "|") != std::string::npos;
   }
 };
 

@@ -7,7 +7,7 @@
 namespace ltrain::config {
 
 DataKind dataKind(const std::string& dataset) {
-  if (dataset == "text") return DataKind::kTokens;
+  if (dataset == "text" || dataset == "tokens") return DataKind::kTokens;
   if (dataset == "csv") return DataKind::kFeatures;
   return DataKind::kImages;
 }
@@ -27,19 +27,19 @@ std::string setOne(const LoadedConfig& lc, const std::string& a, const std::stri
 void modelAgainstData(const LoadedConfig& lc) {
   const ExperimentConfig& c = lc.cfg;
   const DataKind kind = dataKind(c.data.dataset);
-  const bool language_model = c.model.name == "gpt";
+  const bool language_model = c.model.name == "gpt" || c.model.name == "llama";
   // Networks of the user's own (layers, torchscript) take whatever their layers take.
   const bool own = c.model.name == "layers" || c.model.name == "torchscript";
   if (kind == DataKind::kTokens && !language_model && !own)
     refuse(lc, setOne(lc, "model.name", "data.dataset"),
-           fmt::format("data.dataset text needs model.name: gpt (or a network of your own: "
+           fmt::format("data.dataset {} needs model.name: gpt or llama (or a network of your own: "
                        "layers, torchscript), got '{}'",
-                       c.model.name));
+                       c.data.dataset, c.model.name));
   if (language_model && kind != DataKind::kTokens)
     refuse(lc, setOne(lc, "model.name", "data.dataset"),
-           fmt::format("model.name gpt needs token sequences (data.dataset: text), got "
-                       "data.dataset '{}'",
-                       c.data.dataset));
+           fmt::format("model.name {} needs token sequences (data.dataset: text or tokens), "
+                       "got data.dataset '{}'",
+                       c.model.name, c.data.dataset));
   if ((c.model.name == "cnn" || c.model.name == "resnet") && kind == DataKind::kFeatures)
     refuse(lc, setOne(lc, "model.name", "data.dataset"),
            fmt::format("model {}: expected inputs [C, H, W] (images), got feature vectors [F] "
@@ -56,10 +56,22 @@ void modelAgainstData(const LoadedConfig& lc) {
 
 void modelShape(const LoadedConfig& lc) {
   const ModelConfig& m = lc.cfg.model;
-  if (m.name == "gpt" && m.n_embd % m.n_head != 0)
+  if ((m.name == "gpt" || m.name == "llama") && m.n_embd % m.n_head != 0)
     refuse(lc, setOne(lc, "model.n_head", "model.n_embd"),
            fmt::format("model.n_embd ({}) must be a multiple of model.n_head ({})", m.n_embd,
                        m.n_head));
+  if (m.name == "llama") {
+    if (m.n_kv_head > 0 && m.n_head % m.n_kv_head != 0)
+      refuse(lc, setOne(lc, "model.n_kv_head", "model.n_head"),
+             fmt::format("model.n_head ({}) must be a multiple of model.n_kv_head ({}): each "
+                         "key/value head serves a group of query heads",
+                         m.n_head, m.n_kv_head));
+    if ((m.n_embd / m.n_head) % 2 != 0)
+      refuse(lc, setOne(lc, "model.n_head", "model.n_embd"),
+             fmt::format("llama: the head size model.n_embd / model.n_head ({} / {} = {}) must be "
+                         "even for rotary embeddings",
+                         m.n_embd, m.n_head, m.n_embd / m.n_head));
+  }
 }
 
 void distributedOptions(const LoadedConfig& lc) {

@@ -18,7 +18,7 @@ class DdpSync final : public GradientSync {
  public:
   explicit DdpSync(SyncSetup s)
       : model_(std::move(s.model)),
-        optimizer_(s.make_optimizer(model_->parameters())),
+        optimizer_(s.make_optimizer(model_->parameters(), {})),
         fill_extras_(std::move(s.fill_extras)),
         extra_count_(s.extra_scalars) {
     if (!s.pg) return;

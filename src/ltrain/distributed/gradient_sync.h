@@ -29,8 +29,10 @@ struct SyncStats {
 
 class GradientSync {
  public:
-  using MakeOptimizer =
-      std::function<std::unique_ptr<torch::optim::Optimizer>(std::vector<torch::Tensor>)>;
+  // The optimizer of `params`; `decay_masks` (ZeRO's flat slices): per parameter, 1 where the
+  // element belongs to a matrix (optimizer.decay matrices), else empty.
+  using MakeOptimizer = std::function<std::unique_ptr<torch::optim::Optimizer>(
+      std::vector<torch::Tensor> params, std::vector<torch::Tensor> decay_masks)>;
   virtual ~GradientSync() = default;
 
   // Before each micro-batch's forward; `last`: its backward completes the step's gradients

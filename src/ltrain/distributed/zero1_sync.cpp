@@ -33,7 +33,7 @@ class Zero1Sync final : public GradientSync {
     reducer_ = std::make_unique<BucketReducer>(ReducedTensors::of(*model_), pg_, o);
     has_buffers_ = !model_->buffers().empty();
     torch::NoGradGuard no_grad;
-    std::vector<torch::Tensor> slices;
+    std::vector<torch::Tensor> slices, masks;
     for (size_t b = 0; b < reducer_->bucketCount(); ++b) {
       Shard sh{reducer_->layout(b), {}};
       const auto& first = sh.bucket.params.front();
@@ -43,9 +43,13 @@ class Zero1Sync final : public GradientSync {
       // The optimizer reads the reduce-scatter's output in place: no copy per step.
       sh.param.mutable_grad() = sh.bucket.shard;
       slices.push_back(sh.param);
+      std::vector<torch::Tensor> matrix;  // which elements of the slice are of matrices
+      for (const auto& p : sh.bucket.params)
+        matrix.push_back(torch::full_like(p, p.dim() >= 2 ? 1.0 : 0.0));
+      masks.push_back(flatSlice(sh, matrix));
       shards_.push_back(std::move(sh));
     }
-    opt_ = make_optimizer_(slices);
+    opt_ = make_optimizer_(slices, masks);
   }
 
   void beforeForward(bool first, bool last) override {
@@ -88,7 +92,7 @@ class Zero1Sync final : public GradientSync {
 
   void withWholeOptimizer(const std::function<void(torch::optim::Optimizer&)>& write) override {
     optim::syncStepsToHost(*opt_);
-    auto whole = make_optimizer_(model_->parameters());
+    auto whole = make_optimizer_(model_->parameters(), {});
     gatherStateInto(*whole);
     if (rank_ == 0) write(*whole);
   }

@@ -10,7 +10,7 @@
 
 namespace ltrain::io {
 
-enum class DirKind { kRun, kSweep };
+enum class DirKind { kRun, kSweep, kExport };  // kExport: ltrain export --hf
 
 // UsageError naming the directory and why, when ltrain must not write there: it exists and is
 // not a directory, or it holds entries and no marker (or the other kind's).

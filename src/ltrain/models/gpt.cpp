@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/models/decoding.h"
 #include "ltrain/models/layers.h"
 
 namespace ltrain::models {
@@ -22,8 +23,9 @@ torch::nn::Linear linear(int64_t in, int64_t out, bool bias = true) {
 }
 
 // Each module is Cloneable (reset() registers its parts again) so that dist.strategy=dp can
-// replicate the model onto every GPU.
-struct EmbeddingImpl : torch::nn::Cloneable<EmbeddingImpl> {
+// replicate the model onto every GPU. Embedding and Block are CachedLayers: ltrain generate runs
+// them position by position with a cache of keys and values.
+struct EmbeddingImpl : torch::nn::Cloneable<EmbeddingImpl>, CachedLayer {
   EmbeddingImpl(int64_t vocab, int64_t block_size, int64_t n_embd, double dropout)
       : vocab(vocab), block_size(block_size), n_embd(n_embd), dropout(dropout) {
     reset();
@@ -33,11 +35,16 @@ struct EmbeddingImpl : torch::nn::Cloneable<EmbeddingImpl> {
     wpe = register_module("wpe", torch::nn::Embedding(block_size, n_embd));
     drop = register_module("drop", torch::nn::Dropout(dropout));
   }
-  torch::Tensor forward(torch::Tensor idx) {
+  torch::Tensor forward(torch::Tensor idx) { return embed(idx, 0); }
+  torch::Tensor forwardCached(const torch::Tensor& idx, int64_t pos, KvCache&) override {
+    return embed(idx, pos);
+  }
+  torch::Tensor embed(const torch::Tensor& idx, int64_t first) {
     const int64_t t = idx.size(1);
-    TORCH_CHECK(t <= block_size, "sequence of ", t, " tokens is longer than model.block_size ",
-                block_size);
-    auto pos = torch::arange(t, torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
+    TORCH_CHECK(first + t <= block_size, "sequence of ", first + t,
+                " tokens is longer than model.block_size ", block_size);
+    auto pos = torch::arange(first, first + t,
+                             torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
     return drop(wte(idx) + wpe(pos));
   }
   int64_t vocab, block_size, n_embd;
@@ -57,15 +64,18 @@ struct CausalSelfAttentionImpl : torch::nn::Cloneable<CausalSelfAttentionImpl> {
     c_proj = register_module("c_proj", linear(n_embd, n_embd));
     resid_drop = register_module("resid_drop", torch::nn::Dropout(dropout));
   }
-  torch::Tensor forward(torch::Tensor x) {
+  torch::Tensor forward(torch::Tensor x, KvCache* cache = nullptr) {
     const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
     auto qkv = c_attn(x).split(c, 2);
     auto heads = [&](const torch::Tensor& y) {
       return y.view({b, t, n_head, c / n_head}).transpose(1, 2);  // [B, nh, T, hs]
     };
-    auto y = at::scaled_dot_product_attention(heads(qkv[0]), heads(qkv[1]), heads(qkv[2]),
-                                              /*attn_mask=*/{}, is_training() ? dropout : 0.0,
-                                              /*is_causal=*/true);
+    auto k = heads(qkv[1]), v = heads(qkv[2]);
+    if (cache) {
+      if (cache->k.defined()) k = torch::cat({cache->k, k}, 2), v = torch::cat({cache->v, v}, 2);
+      cache->k = k, cache->v = v;
+    }
+    auto y = cachedAttention(heads(qkv[0]), k, v, is_training() ? dropout : 0.0, /*gqa=*/false);
     return resid_drop(c_proj(y.transpose(1, 2).contiguous().view({b, t, c})));
   }
   int64_t n_embd, n_head;
@@ -76,37 +86,49 @@ struct CausalSelfAttentionImpl : torch::nn::Cloneable<CausalSelfAttentionImpl> {
 TORCH_MODULE(CausalSelfAttention);
 
 struct MlpImpl : torch::nn::Cloneable<MlpImpl> {
-  MlpImpl(int64_t n_embd, double dropout) : n_embd(n_embd), dropout(dropout) { reset(); }
+  MlpImpl(int64_t n_embd, double dropout, bool tanh_gelu)
+      : n_embd(n_embd), dropout(dropout), tanh_gelu(tanh_gelu) {
+    reset();
+  }
   void reset() override {
     c_fc = register_module("c_fc", linear(n_embd, 4 * n_embd));
     c_proj = register_module("c_proj", linear(4 * n_embd, n_embd));
     drop = register_module("drop", torch::nn::Dropout(dropout));
   }
-  torch::Tensor forward(torch::Tensor x) { return drop(c_proj(F::gelu(c_fc(x)))); }
+  torch::Tensor forward(torch::Tensor x) {
+    return drop(
+        c_proj(F::gelu(c_fc(x), F::GELUFuncOptions().approximate(tanh_gelu ? "tanh" : "none"))));
+  }
   int64_t n_embd;
   double dropout;
+  bool tanh_gelu;
   torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
   torch::nn::Dropout drop{nullptr};
 };
 TORCH_MODULE(Mlp);
 
-struct BlockImpl : torch::nn::Cloneable<BlockImpl> {
-  BlockImpl(int64_t n_embd, int64_t n_head, double dropout)
-      : n_embd(n_embd), n_head(n_head), dropout(dropout) {
+struct BlockImpl : torch::nn::Cloneable<BlockImpl>, CachedLayer {
+  BlockImpl(int64_t n_embd, int64_t n_head, double dropout, bool tanh_gelu)
+      : n_embd(n_embd), n_head(n_head), dropout(dropout), tanh_gelu(tanh_gelu) {
     reset();
   }
   void reset() override {
     ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({n_embd})));
     attn = register_module("attn", CausalSelfAttention(n_embd, n_head, dropout));
     ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({n_embd})));
-    mlp = register_module("mlp", Mlp(n_embd, dropout));
+    mlp = register_module("mlp", Mlp(n_embd, dropout, tanh_gelu));
   }
-  torch::Tensor forward(torch::Tensor x) {
-    x = x + attn(ln_1(x));
+  torch::Tensor forward(torch::Tensor x) { return run(x, nullptr); }
+  torch::Tensor forwardCached(const torch::Tensor& x, int64_t, KvCache& cache) override {
+    return run(x, &cache);
+  }
+  torch::Tensor run(torch::Tensor x, KvCache* cache) {
+    x = x + attn->forward(ln_1(x), cache);
     return x + mlp(ln_2(x));
   }
   int64_t n_embd, n_head;
   double dropout;
+  bool tanh_gelu;
   torch::nn::LayerNorm ln_1{nullptr};
   CausalSelfAttention attn{nullptr};
   torch::nn::LayerNorm ln_2{nullptr};
@@ -152,7 +174,7 @@ torch::nn::Sequential buildGpt(const config::ModelConfig& cfg, const std::vector
   Embedding emb(vocab, cfg.block_size, cfg.n_embd, cfg.dropout);
   seq->push_back(emb);
   for (int64_t i = 0; i < cfg.n_layer; ++i)
-    seq->push_back(Block(cfg.n_embd, cfg.n_head, cfg.dropout));
+    seq->push_back(Block(cfg.n_embd, cfg.n_head, cfg.dropout, cfg.gelu == config::Gelu::kTanh));
   seq->push_back(torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd})));
   seq->push_back(LmHead(cfg.n_embd, vocab, cfg.tie_weights ? emb : Embedding(nullptr)));
 

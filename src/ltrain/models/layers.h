@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ltrain/config/experiment_config.h"
+#include "ltrain/models/model.h"
 
 namespace ltrain::models {
 
@@ -18,5 +19,7 @@ torch::nn::Sequential buildMlp(const config::ModelConfig&, const std::vector<int
 torch::nn::Sequential buildCnn(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
 torch::nn::Sequential buildGpt(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
 torch::nn::Sequential buildResnet(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
+// Named as transformers' LlamaForCausalLM (see llama.cpp), hence a whole Classifier.
+Classifier buildLlama(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
 
 }  // namespace ltrain::models

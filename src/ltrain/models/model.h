@@ -29,6 +29,15 @@ struct ClassifierImpl : torch::nn::Cloneable<ClassifierImpl> {
   // own names (its submodules mirrored), and forward runs the TorchScript module.
   explicit ClassifierImpl(std::shared_ptr<ScriptedModel> scripted)
       : scripted(std::move(scripted)) {}
+  // A model whose parameters carry another framework's names (llama: Hugging Face's,
+  // model.layers.0.self_attn.q_proj.weight): `layers_` runs it, unregistered; `named` registers
+  // the same modules under those names; `prefixes[i]` is layer i's ("model.layers.0.").
+  ClassifierImpl(torch::nn::Sequential layers_,
+                 std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> named,
+                 std::vector<std::string> prefixes)
+      : layers(std::move(layers_)), layer_prefixes(std::move(prefixes)) {
+    for (auto& [name, m] : named) register_module(name, m);
+  }
   void train(bool on = true) override {
     torch::nn::Module::train(on);
     if (scripted) scripted->train(on);
@@ -37,6 +46,7 @@ struct ClassifierImpl : torch::nn::Cloneable<ClassifierImpl> {
   // every layer.
   void reset() override {
     TORCH_CHECK(!scripted, "a TorchScript model cannot be replicated (dist.strategy dp)");
+    TORCH_CHECK(layer_prefixes.empty(), "this model cannot be replicated (dist.strategy dp)");
     layers = register_module("layers", torch::nn::Sequential());
   }
   torch::Tensor forward(torch::Tensor x) {
@@ -62,7 +72,12 @@ struct ClassifierImpl : torch::nn::Cloneable<ClassifierImpl> {
     std::vector<torch::Tensor> buffers;
   };
   std::vector<StageTensors> stageTensors() const;
+  // The parameter-name prefix of layer i: "layers.<i>." unless the model names them otherwise.
+  std::string layerPrefix(size_t i) const {
+    return layer_prefixes.empty() ? "layers." + std::to_string(i) + "." : layer_prefixes[i];
+  }
   torch::nn::Sequential layers{nullptr};
+  std::vector<std::string> layer_prefixes;
   std::shared_ptr<ScriptedModel> scripted;
   bool channels_last = false;
 

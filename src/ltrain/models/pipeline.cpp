@@ -64,7 +64,7 @@ std::vector<ClassifierImpl::StageTensors> ClassifierImpl::stageTensors() const {
     for (size_t i = st.begin; i < st.end; ++i) {
       const auto& layer = *layers->ptr(i);
       for (const auto& p : layer.named_parameters())
-        t.params.emplace_back(fmt::format("layers.{}.{}", i, p.key()), p.value());
+        t.params.emplace_back(layerPrefix(i) + p.key(), p.value());
       for (const auto& b : layer.buffers()) t.buffers.push_back(b);
     }
     out.push_back(std::move(t));

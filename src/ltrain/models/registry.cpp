@@ -43,6 +43,7 @@ Classifier build(const config::ModelConfig& cfg, const std::vector<int64_t>& inp
   if (cfg.name == "layers")
     return Classifier(buildLayerGraph(cfg.layers, input_shape, num_classes, tokens).seq);
   if (cfg.name == "torchscript") return loadTorchScript(cfg.path, input_shape, num_classes, tokens);
+  if (cfg.name == "llama") return buildLlama(cfg, input_shape, num_classes);
   if (cfg.name == "gpt") {
     if (input_shape.size() != 1)
       throw UsageError(fmt::format(
@@ -62,7 +63,8 @@ Classifier build(const config::ModelConfig& cfg, const std::vector<int64_t>& inp
     return c;
   }
   throw UsageError(fmt::format(
-      "model.name: unknown model '{}', expected mlp|cnn|resnet|gpt|layers|torchscript", cfg.name));
+      "model.name: unknown model '{}', expected mlp|cnn|resnet|gpt|llama|layers|torchscript",
+      cfg.name));
 }
 
 std::string modelSummary(const config::ModelConfig& cfg, const std::vector<int64_t>& input_shape,

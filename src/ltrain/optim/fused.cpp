@@ -10,10 +10,30 @@
 namespace ltrain::optim {
 namespace {
 
-using DeviceKey = std::tuple<int, int, int>;  // device type, index, dtype
-DeviceKey keyOf(const torch::Tensor& t) {
+// Device type, index, dtype, and whether the parameters' decay is masked (setDecayMask): one
+// kernel call per kind.
+using DeviceKey = std::tuple<int, int, int, bool>;
+DeviceKey keyOf(const torch::Tensor& t, bool masked) {
   return {static_cast<int>(t.device().type()), t.device().index(),
-          static_cast<int>(t.scalar_type())};
+          static_cast<int>(t.scalar_type()), masked};
+}
+
+// Masked weight decay, outside the kernel (which then gets none): decoupled (AdamW) scales the
+// parameter by 1 - lr * wd where the mask is 1, unless the step is skipped; coupled (SGD, Adam)
+// adds wd * parameter to the gradient there, as the kernels do.
+void maskedDecay(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
+                 const std::vector<torch::Tensor>& masks, double lr, double wd, bool decoupled,
+                 const std::optional<torch::Tensor>& flag) {
+  if (wd == 0) return;
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (decoupled) {
+      auto factor = masks[i] * (-lr * wd);
+      if (flag) factor = factor * (1 - *flag);
+      params[i].add_(params[i] * factor);
+    } else {
+      grads[i].add_(params[i] * masks[i], wd);
+    }
+  }
 }
 
 // found_inf where the fused kernel reads it: a 0-d float next to the parameters (the CPU kernels
@@ -31,14 +51,14 @@ torch::Tensor runClosure(const torch::optim::Optimizer::LossClosure& closure) {
 
 // The parameters of one group, one device and dtype at a time, with their Adam state.
 struct AdamLists {
-  std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
+  std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, masks;
 };
 
 using StepCounts = std::unordered_map<const c10::TensorImpl*, torch::Tensor>;
 
 template <class State, class Options>
 void adamStep(torch::optim::Optimizer& opt, StepCounts& steps, const torch::Tensor& found_inf,
-              bool decoupled) {
+              bool decoupled, const DeviceSkippable& self) {
   torch::NoGradGuard no_grad;
   for (auto& group : opt.param_groups()) {
     auto& o = static_cast<Options&>(group.options());
@@ -59,7 +79,9 @@ void adamStep(torch::optim::Optimizer& opt, StepCounts& steps, const torch::Tens
       if (!count.defined())
         count = torch::full({}, static_cast<double>(st.step()),
                             torch::TensorOptions().dtype(torch::kFloat).device(p.device()));
-      auto& l = by_device[keyOf(p)];
+      const torch::Tensor* mask = self.decayMask(p);
+      auto& l = by_device[keyOf(p, mask != nullptr)];
+      if (mask) l.masks.push_back(*mask);
       l.params.push_back(p);
       l.grads.push_back(p.grad());
       l.exp_avgs.push_back(st.exp_avg());
@@ -70,14 +92,19 @@ void adamStep(torch::optim::Optimizer& opt, StepCounts& steps, const torch::Tens
     const auto [beta1, beta2] = o.betas();
     for (auto& [key, l] : by_device) {
       const auto flag = flagOn(found_inf, l.params.front().device());
+      double wd = o.weight_decay();
+      if (!l.masks.empty()) {
+        maskedDecay(l.params, l.grads, l.masks, o.lr(), wd, decoupled, flag);
+        wd = 0;
+      }
       at::_foreach_add_(l.steps, 1.0);
       if (decoupled)
         at::_fused_adamw_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.max_exp_avg_sqs, l.steps,
-                          o.lr(), beta1, beta2, o.weight_decay(), o.eps(), o.amsgrad(),
+                          o.lr(), beta1, beta2, wd, o.eps(), o.amsgrad(),
                           /*maximize=*/false, std::nullopt, flag);
       else
         at::_fused_adam_(l.params, l.grads, l.exp_avgs, l.exp_avg_sqs, l.max_exp_avg_sqs, l.steps,
-                         o.lr(), beta1, beta2, o.weight_decay(), o.eps(), o.amsgrad(),
+                         o.lr(), beta1, beta2, wd, o.eps(), o.amsgrad(),
                          /*maximize=*/false, std::nullopt, flag);
       // A skipped step does not count, as torch.optim rolls it back on the device.
       if (flag) at::_foreach_sub_(l.steps, std::vector<torch::Tensor>(l.steps.size(), *flag));
@@ -103,12 +130,15 @@ torch::Tensor FusedSGD::step(LossClosure closure) {
   for (auto& group : param_groups()) {
     auto& o = static_cast<torch::optim::SGDOptions&>(group.options());
     const bool momentum = o.momentum() != 0;
-    std::map<DeviceKey, std::vector<std::vector<torch::Tensor>>> by_device;  // params, grads, bufs
+    // params, grads, momentum buffers, decay masks
+    std::map<DeviceKey, std::vector<std::vector<torch::Tensor>>> by_device;
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      auto& l = by_device[keyOf(p)];
-      if (l.empty()) l.resize(3);
+      const torch::Tensor* mask = decayMask(p);
+      auto& l = by_device[keyOf(p, mask != nullptr)];
+      if (l.empty()) l.resize(4);
       l[0].push_back(p), l[1].push_back(p.grad());
+      if (mask) l[3].push_back(*mask);
       if (!momentum) continue;
       auto& slot = state()[p.unsafeGetTensorImpl()];
       if (!slot) slot = std::make_unique<torch::optim::SGDParamState>();
@@ -119,10 +149,16 @@ torch::Tensor FusedSGD::step(LossClosure closure) {
         st.momentum_buffer(torch::zeros_like(p, torch::MemoryFormat::Preserve));
       l[2].push_back(st.momentum_buffer());
     }
-    for (auto& [key, l] : by_device)
-      at::_fused_sgd_(l[0], l[1], l[2], o.weight_decay(), o.momentum(), o.lr(), o.dampening(),
-                      o.nesterov(), /*maximize=*/false, /*is_first_step=*/false, std::nullopt,
+    for (auto& [key, l] : by_device) {
+      double wd = o.weight_decay();
+      if (!l[3].empty()) {
+        maskedDecay(l[0], l[1], l[3], o.lr(), wd, /*decoupled=*/false, std::nullopt);
+        wd = 0;
+      }
+      at::_fused_sgd_(l[0], l[1], l[2], wd, o.momentum(), o.lr(), o.dampening(), o.nesterov(),
+                      /*maximize=*/false, /*is_first_step=*/false, std::nullopt,
                       flagOn(found_inf_, l[0].front().device()));
+    }
   }
   return loss;
 }
@@ -130,7 +166,7 @@ torch::Tensor FusedSGD::step(LossClosure closure) {
 torch::Tensor FusedAdam::step(LossClosure closure) {
   torch::Tensor loss = runClosure(closure);
   adamStep<torch::optim::AdamParamState, torch::optim::AdamOptions>(*this, steps_, found_inf_,
-                                                                    /*decoupled=*/false);
+                                                                    /*decoupled=*/false, *this);
   return loss;
 }
 
@@ -141,7 +177,7 @@ void FusedAdam::syncStepsToHost() {
 torch::Tensor FusedAdamW::step(LossClosure closure) {
   torch::Tensor loss = runClosure(closure);
   adamStep<torch::optim::AdamWParamState, torch::optim::AdamWOptions>(*this, steps_, found_inf_,
-                                                                      /*decoupled=*/true);
+                                                                      /*decoupled=*/true, *this);
   return loss;
 }
 

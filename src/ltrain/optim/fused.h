@@ -26,9 +26,20 @@ class DeviceSkippable {
   // After the state was written from outside (a checkpoint, ZeRO's slices): the device step
   // counts are taken from it again.
   virtual void forgetDeviceSteps() {}
+  // Weight decay on `param` only where `mask` (its shape, 1 or 0) is 1: ZeRO's flat slices hold
+  // matrices and biases together, of which optimizer.decay matrices decays the matrices alone.
+  void setDecayMask(const torch::Tensor& param, torch::Tensor mask) {
+    decay_masks_[param.unsafeGetTensorImpl()] = std::move(mask);
+  }
+  // The mask of `p`, or null: decay where its group says.
+  const torch::Tensor* decayMask(const torch::Tensor& p) const {
+    auto it = decay_masks_.find(p.unsafeGetTensorImpl());
+    return it == decay_masks_.end() ? nullptr : &it->second;
+  }
 
  protected:
   torch::Tensor found_inf_;
+  std::unordered_map<const c10::TensorImpl*, torch::Tensor> decay_masks_;
 };
 
 class FusedSGD final : public torch::optim::SGD, public DeviceSkippable {

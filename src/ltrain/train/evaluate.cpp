@@ -46,7 +46,7 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
   model->train();
   std::vector<double> host{sums[0].item<double>(), sums[1].item<double>()};
   if (pg) host = pg->allreduceSum(host);
-  const auto n = static_cast<double>(ds.targets.numel());  // examples, or tokens
+  const auto n = static_cast<double>(ds.targetCount());  // examples, or tokens
   return {host[0] / n, host[1] / n};
 }
 
@@ -60,7 +60,8 @@ EvalSummary evaluateWeights(const config::LoadedConfig& lc, const std::string& w
             ? fmt::format("--checkpoint '{}' is a directory, expected a .pt or .safetensors file",
                           weights)
             : fmt::format("--checkpoint '{}' not found", weights));
-  auto splits = data::loadDataset(cfg.data, static_cast<uint64_t>(cfg.seed), cfg.model.block_size);
+  auto splits = data::loadDataset(cfg.data, static_cast<uint64_t>(cfg.seed), cfg.model.block_size,
+                                  cfg.model.vocab_size);
   torch::manual_seed(static_cast<uint64_t>(cfg.seed));
   auto model = models::build(cfg.model, splits.train.exampleShape(), splits.train.num_classes,
                              splits.train.tokens);

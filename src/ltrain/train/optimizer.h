@@ -10,8 +10,12 @@
 
 namespace ltrain::train {
 
+// optimizer.decay matrices: the parameters of 2 or more dimensions decay, the others not (two
+// parameter groups); or, given `decay_masks` (one per parameter, ZeRO's flat slices), the
+// elements where the mask is 1.
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const config::OptimizerConfig& cfg,
-                                                       std::vector<torch::Tensor> params);
+                                                       std::vector<torch::Tensor> params,
+                                                       std::vector<torch::Tensor> decay_masks = {});
 void setLearningRate(torch::optim::Optimizer& opt, double lr);
 
 }  // namespace ltrain::train

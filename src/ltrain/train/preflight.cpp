@@ -19,8 +19,9 @@ std::optional<DataShape> describeData(const config::ExperimentConfig& cfg) {
   if (d.dataset == "fashion_mnist" || d.dataset == "mnist") return DataShape{{1, 28, 28}, 10};
   if (d.dataset == "cifar10") return DataShape{{3, 32, 32}, 10};
   if (d.dataset == "cifar100") return DataShape{{3, 32, 32}, 100};
-  // The vocabulary is the text's, known once the file is read (0: not known).
-  if (d.dataset == "text") return DataShape{{cfg.model.block_size}, 0, true};
+  // The vocabulary is model.vocab_size, or the data's, known once it is read (0: not known).
+  if (d.dataset == "text" || d.dataset == "tokens")
+    return DataShape{{cfg.model.block_size}, cfg.model.vocab_size, true};
   if (d.dataset == "csv") {
     std::ifstream in(data::resolvedDataPath(d) + "/train.csv");
     std::string header;
@@ -73,8 +74,8 @@ std::string describeModel(const config::LoadedConfig& lc) {
   const auto& cfg = lc.cfg;
   auto shape = describeData(cfg);
   if (!shape || shape->classes <= 0) {  // the data says: read it
-    auto splits =
-        data::loadDataset(cfg.data, static_cast<uint64_t>(cfg.seed), cfg.model.block_size);
+    auto splits = data::loadDataset(cfg.data, static_cast<uint64_t>(cfg.seed), cfg.model.block_size,
+                                    cfg.model.vocab_size);
     shape = DataShape{splits.train.exampleShape(), splits.train.num_classes, splits.train.tokens};
   }
   torch::NoGradGuard no_grad;

@@ -52,10 +52,11 @@ void Reporter::train(const TrainReport& r) {
   const bool tokens = r.tokens_per_sample > 1;
   // On a terminal the bar says this; elsewhere a log line does.
   if (!bar_.enabled())
-    spdlog::info("ep {}/{} step {}/{} | loss {:.4f} | lr {:.3g} | {:.0f} {}/s", r.epoch + 1,
+    spdlog::info("ep {}/{} step {}/{} | loss {:.4f} | lr {:.3g} | {:.0f} {}/s{}", r.epoch + 1,
                  r.epochs, r.step, r.total_steps, r.loss, r.lr,
                  r.samples_per_s * static_cast<double>(r.tokens_per_sample),
-                 tokens ? "tokens" : "samples");
+                 tokens ? "tokens" : "samples",
+                 r.mfu ? fmt::format(" | mfu {:.1f}%", 100 * *r.mfu) : "");
   std::vector<std::pair<std::string, double>> tb{
       {"train/loss", r.loss},
       {"train/lr", r.lr},
@@ -64,12 +65,14 @@ void Reporter::train(const TrainReport& r) {
       {"train/grad_norm", r.grad_norm},
       {"train/skipped_steps", static_cast<double>(r.skipped_steps)}};
   if (r.loss_scale) tb.emplace_back("train/loss_scale", *r.loss_scale);
+  if (r.mfu) tb.emplace_back("train/mfu", *r.mfu);
   tensorboard_->scalars(r.step, wallTime(), tb);
   tensorboard_->flush();  // as metrics.jsonl: what was logged survives a kill
   io::Json j = {{"step", r.step},         {"epoch", r.epoch}, {"split", "train"},
                 {"loss", r.loss},         {"lr", r.lr},       {"samples_per_s", r.samples_per_s},
                 {"wall_time", wallTime()}};
   if (tokens) j["tokens_per_s"] = r.samples_per_s * static_cast<double>(r.tokens_per_sample);
+  if (r.mfu) j["mfu"] = *r.mfu;
   j["grad_norm"] = r.grad_norm;
   j["data_wait_ms_per_step"] = r.data_wait_ms_per_step;
   j["data_wait_share"] = r.data_wait_share;
@@ -115,6 +118,7 @@ void Reporter::summary(const SummaryReport& s) {
   if (s.val_perplexity) j["val_perplexity"] = *s.val_perplexity;
   if (s.first_step_wall_time) j["first_step_wall_time"] = *s.first_step_wall_time;
   if (s.peak_rss_mb) j["peak_rss_mb"] = *s.peak_rss_mb;
+  if (s.peak_cuda_memory_mb) j["peak_cuda_memory_mb"] = *s.peak_cuda_memory_mb;
   if (s.optimizer_state_mb) j["optimizer_state_mb"] = *s.optimizer_state_mb;
   if (!s.error.empty()) j["error"] = s.error;
   io::writeFileAtomic(run_dir_ + "/summary.json", io::dumpJsonLine(j) + "\n");

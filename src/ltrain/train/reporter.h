@@ -23,6 +23,7 @@ struct TrainReport {
   std::optional<double> loss_scale;            // fp16
   std::optional<double> collectives_per_step;  // several processes
   std::optional<double> comm_wait_ms_per_step;
+  std::optional<double> mfu;  // language models where the devices' peak is known (train/mfu.h)
 };
 
 struct EvalReport {
@@ -38,6 +39,7 @@ struct SummaryReport {
   int64_t steps = 0, epochs = 0, world_size = 1, skipped_steps = 0;
   double wall_s = 0, samples_per_s = 0;
   std::optional<double> val_perplexity, first_step_wall_time, peak_rss_mb, optimizer_state_mb;
+  std::optional<double> peak_cuda_memory_mb;  // the worst rank's, on CUDA
   std::string error;
 };
 

@@ -78,4 +78,15 @@ RunDir prepareRunDir(const config::LoadedConfig& lc, const std::string& output_d
   return rd;
 }
 
+void saveVocabulary(const std::string& run_dir, const data::Splits& splits) {
+  try {
+    if (!splits.vocabulary_json.empty())
+      io::writeFileAtomic(run_dir + "/vocabulary.json", splits.vocabulary_json);
+    else if (!splits.tokenizer_file.empty())
+      io::writeFileAtomic(run_dir + "/tokenizer.json", io::readFile(splits.tokenizer_file));
+  } catch (const std::runtime_error& e) {
+    throw UsageError(fmt::format("run directory '{}' is not writable: {}", run_dir, e.what()));
+  }
+}
+
 }  // namespace ltrain::train

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ltrain/config/load.h"
+#include "ltrain/data/dataset.h"
 
 namespace ltrain::train {
 
@@ -28,5 +29,9 @@ RunDir prepareRunDir(const config::LoadedConfig& lc, const std::string& output_d
 
 // "completed", "failed", ... from summary.json, or "" when there is none.
 std::string runStatus(const std::string& run_dir);
+
+// What `ltrain generate` needs to turn tokens into text, written into the run directory: a text
+// run's vocabulary.json, or a copy of the tokenizer.json beside token shards (nothing otherwise).
+void saveVocabulary(const std::string& run_dir, const data::Splits& splits);
 
 }  // namespace ltrain::train

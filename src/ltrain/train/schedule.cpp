@@ -17,6 +17,15 @@ double learningRate(const config::OptimizerConfig& opt, const config::SchedulerC
   if (s.name == config::SchedulerName::kCosine)
     return s.min_lr + (peak - s.min_lr) * 0.5 * (1.0 + std::cos(M_PI * t));
   if (s.name == config::SchedulerName::kLinear) return peak + (s.min_lr - peak) * t;
+  if (s.name == config::SchedulerName::kWsd) {
+    // Stable at the peak, then the last decay_fraction of the run falls linearly, reaching min_lr
+    // at the last step.
+    const auto decay = std::max<int64_t>(
+        1, static_cast<int64_t>(std::llround(s.decay_fraction * static_cast<double>(total_steps))));
+    const int64_t start = total_steps - decay;
+    if (step < start) return peak;
+    return peak + (s.min_lr - peak) * static_cast<double>(step - start + 1) / decay;
+  }
   return peak;
 }
 

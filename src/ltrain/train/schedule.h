@@ -1,5 +1,6 @@
 // Learning rate at each optimizer step: linear warm-up, then constant, step, cosine or linear
-// decay. Written here because LibTorch's C++ API has no cosine, linear or warm-up schedulers.
+// decay, or wsd (warm-up, stable, then a linear decay over the last decay_fraction of the run).
+// Written here because LibTorch's C++ API has no cosine, linear or warm-up schedulers.
 #pragma once
 #include <cstdint>
 

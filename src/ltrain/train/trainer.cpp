@@ -25,12 +25,14 @@
 #include "ltrain/distributed/gradient_sync.h"
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/io/safetensors.h"
+#include "ltrain/models/hf_checkpoint.h"
 #include "ltrain/models/layer_graph.h"
 #include "ltrain/train/checkpointing.h"
 #include "ltrain/train/evaluate.h"
 #include "ltrain/train/faults.h"
 #include "ltrain/train/grad_scaler.h"
 #include "ltrain/train/loss_tally.h"
+#include "ltrain/train/mfu.h"
 #include "ltrain/train/optimizer.h"
 #include "ltrain/train/preflight.h"
 #include "ltrain/train/reporter.h"
@@ -89,6 +91,7 @@ class Trainer {
   models::Classifier model_{nullptr};
   std::unique_ptr<data::DistributedSampler> sampler_;
   int64_t batches_per_epoch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
+  double flops_per_token_ = 0, peak_flops_ = 0;  // MFU's terms; 0: not reported
   int64_t epoch_batches_ = 0;  // this rank's batches in the current epoch (a resumed one: its
                                // earlier ones plus those dealt out anew)
   std::shared_ptr<distributed::ProcessGroup> pg_;
@@ -105,6 +108,7 @@ class Trainer {
   EvalResult last_eval_;
   int64_t last_eval_step_ = -1, last_ckpt_step_ = -1, start_step_ = 0;
   double paused_s_ = 0, first_step_wall_time_ = 0, peak_rss_mb_ = 0, optimizer_state_mb_ = 0;
+  double peak_cuda_mb_ = 0;
   double last_lr_ = 0, last_window_loss_ = std::nan("");
   Clock::time_point run_start_ = Clock::now();
 };
@@ -135,7 +139,8 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   devices_ = chooseDevices(cfg_, rt_);
   bindDevice(devices_.main);
   distributed::chooseBackend(cfg_.dist.backend, devices_.main);  // fails now if it cannot serve
-  splits_ = data::loadDataset(cfg_.data, static_cast<uint64_t>(cfg_.seed), cfg_.model.block_size);
+  splits_ = data::loadDataset(cfg_.data, static_cast<uint64_t>(cfg_.seed), cfg_.model.block_size,
+                              cfg_.model.vocab_size);
   StopSignal::checkpoint("while loading the data");
   torch::manual_seed(static_cast<uint64_t>(cfg_.seed));
   try {
@@ -144,7 +149,7 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   } catch (const models::LayerError& e) {
     throw UsageError(layerWhere(lc, e.line) + e.what());
   }
-  if (!cfg_.model.init_from.empty()) io::loadModuleState(*model_, cfg_.model.init_from);
+  models::loadInitialWeights(model_, cfg_.model);
   sampler_ = std::make_unique<data::DistributedSampler>(
       splits_.train.size(), rt_.world_size, rt_.rank, cfg_.data.shuffle, cfg_.seed, false);
   batches_per_epoch_ =
@@ -154,6 +159,12 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
         fmt::format("data.batch_size {} with data.drop_last leaves no batch from the {} "
                     "training examples per process",
                     cfg_.data.batch_size, sampler_->numSamples()));
+  flops_per_token_ =
+      flopsPerToken(cfg_.model, models::parameterCount(*model_), splits_.train.num_classes);
+  // The peak of all the devices the job trains on: each rank's, times its pipeline stages.
+  peak_flops_ =
+      peakFlops(cfg_.train, devices_.main.is_cuda() ? "cuda" : "cpu", devices_.main.index()) *
+      static_cast<double>(rt_.world_size * std::max<size_t>(1, devices_.stages.size()));
   steps_per_epoch_ = (batches_per_epoch_ + cfg_.train.grad_accum - 1) / cfg_.train.grad_accum;
   total_steps_ = cfg_.train.epochs * steps_per_epoch_;
   if (cfg_.train.max_steps > 0) total_steps_ = std::min(total_steps_, cfg_.train.max_steps);
@@ -164,6 +175,7 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   if (rt_.distributed() || launched_alone)
     pg_ = distributed::ProcessGroup::connect(rt_, cfg_.dist, devices_.main);
   run_ = agreeOnRunDir(lc, req, rt_, pg_.get());
+  if (rt_.isMain()) saveVocabulary(run_.path, splits_);  // for ltrain generate
   reporter_.setRunDir(run_.path);
   attachRankLog();
   if (pg_)  // a hang ends this process from the watchdog's thread: summary.json says why first
@@ -171,10 +183,10 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
       writeSummary("failed", secondsSince(run_start_), 0, why, /*read_device=*/false);
     });
   StopSignal::checkpoint("while preparing the run directory");
-  auto make_optimizer = [this](std::vector<torch::Tensor> p) {
-    return makeOptimizer(cfg_.optimizer, std::move(p));
+  auto make_optimizer = [this](std::vector<torch::Tensor> p, std::vector<torch::Tensor> masks) {
+    return makeOptimizer(cfg_.optimizer, std::move(p), std::move(masks));
   };
-  auto whole = make_optimizer(model_->parameters());  // what a checkpoint's state loads into
+  auto whole = make_optimizer(model_->parameters(), {});  // what a checkpoint's state loads into
   const auto resumed = resumeIfAny(run_, *model_, *whole, devices_.main, rt_, pg_.get(), reporter_);
   if (resumed) state_ = *resumed;
   adoptWorldSize();
@@ -419,6 +431,9 @@ void Trainer::logWindow(Window& w, double lr) {
   r.data_wait_share = secs > 0 ? w.data_wait_s / secs : 0.0;
   r.skipped_steps = state_.skipped_steps;
   r.tokens_per_sample = splits_.train.tokens ? cfg_.model.block_size : 1;
+  if (flops_per_token_ > 0 && peak_flops_ > 0)
+    r.mfu =
+        flops_per_token_ * r.samples_per_s * static_cast<double>(r.tokens_per_sample) / peak_flops_;
   if (scaler_.enabled()) r.loss_scale = scaler_.scale();
   if (pg_) {
     r.collectives_per_step = static_cast<double>(w.collectives) / w.steps;
@@ -499,13 +514,15 @@ Summary Trainer::finish(double wall_s, double samples_per_s) {
   s.language_model = splits_.test.tokens;
   // The worst rank's peak memory and optimizer state (a sum of one-hot vectors stands in for a
   // max-reduction): ZeRO's point is that the state shrinks.
-  std::vector<double> per_rank(2 * rt_.world_size, 0.0);
+  const auto w = static_cast<std::ptrdiff_t>(rt_.world_size);
+  std::vector<double> per_rank(3 * rt_.world_size, 0.0);
   per_rank[rt_.rank] = peakRssMb();
-  per_rank[rt_.world_size + rt_.rank] =
-      static_cast<double>(sync_->optimizerStateBytes()) / (1024.0 * 1024.0);
+  per_rank[w + rt_.rank] = static_cast<double>(sync_->optimizerStateBytes()) / (1024.0 * 1024.0);
+  if (devices_.main.is_cuda()) per_rank[2 * w + rt_.rank] = peakCudaMemoryMb(devices_.main.index());
   if (pg_) per_rank = pg_->allreduceSum(per_rank);
-  peak_rss_mb_ = *std::max_element(per_rank.begin(), per_rank.begin() + rt_.world_size);
-  optimizer_state_mb_ = *std::max_element(per_rank.begin() + rt_.world_size, per_rank.end());
+  peak_rss_mb_ = *std::max_element(per_rank.begin(), per_rank.begin() + w);
+  optimizer_state_mb_ = *std::max_element(per_rank.begin() + w, per_rank.begin() + 2 * w);
+  peak_cuda_mb_ = *std::max_element(per_rank.begin() + 2 * w, per_rank.end());
   writeSummary(s.status, s.wall_s, s.samples_per_s, "");
   return s;
 }
@@ -547,6 +564,7 @@ void Trainer::writeSummary(const std::string& status, double wall_s, double samp
   if (first_step_wall_time_ > 0) s.first_step_wall_time = first_step_wall_time_;
   if (peak_rss_mb_ > 0) s.peak_rss_mb = peak_rss_mb_;
   if (optimizer_state_mb_ > 0) s.optimizer_state_mb = optimizer_state_mb_;
+  if (peak_cuda_mb_ > 0) s.peak_cuda_memory_mb = peak_cuda_mb_;
   s.error = error;
   reporter_.summary(s);
 }

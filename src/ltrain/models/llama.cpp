@@ -1,0 +1,228 @@
+// model.name llama: Llama's decoder (pre-norm RMSNorm, rotary position embeddings, a SwiGLU MLP,
+// grouped-query causal attention, no biases), with the parameter names of Hugging Face
+// transformers' LlamaForCausalLM (model.embed_tokens.weight,
+// model.layers.0.self_attn.q_proj.weight,
+// ..., model.norm.weight, lm_head.weight), so that its checkpoints load and export as they are.
+// It runs as every ltrain model does, layer after layer of one Sequential (embedding, decoder
+// layers, norm, head), which pipelines split; the names come from a second tree over the same
+// modules. Each computation follows transformers' modeling_llama.py (the RMSNorm in float32, the
+// rotary tables as it builds them), so that logits agree; bench/reference/llama_ref.py is the
+// Python twin that the parity tests train.
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <map>
+#include <mutex>
+
+#include "ltrain/common/errors.h"
+#include "ltrain/models/decoding.h"
+#include "ltrain/models/model.h"
+
+namespace ltrain::models {
+namespace {
+
+namespace F = torch::nn::functional;
+
+torch::nn::Linear linear(int64_t in, int64_t out) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+}
+
+// cos and sin of every position's rotation, [positions, head_size], built once per device and
+// grown when a longer sequence comes (generation past block_size).
+class RotaryTables {
+ public:
+  RotaryTables(int64_t head_size, double theta) : head_size_(head_size), theta_(theta) {}
+  std::pair<torch::Tensor, torch::Tensor> get(int64_t pos, int64_t t, const torch::Device& d) {
+    std::lock_guard<std::mutex> lk(mu_);
+    auto& tab = by_device_[d.str()];
+    if (!tab.first.defined() || tab.first.size(0) < pos + t) {
+      const int64_t n =
+          std::max<int64_t>(pos + t, 2 * (tab.first.defined() ? tab.first.size(0) : 0));
+      // transformers: inv_freq = 1 / theta^(arange(0, d, 2) / d) and freqs = positions x inv_freq,
+      // in float32; the table repeats the frequencies for both halves of the head.
+      auto inv =
+          1.0 / torch::pow(theta_, torch::arange(0, head_size_, 2, torch::kLong).to(torch::kFloat) /
+                                       static_cast<double>(head_size_));
+      auto freqs = torch::outer(torch::arange(n, torch::kLong).to(torch::kFloat), inv);
+      auto emb = torch::cat({freqs, freqs}, -1);
+      tab = {emb.cos().to(d), emb.sin().to(d)};
+    }
+    return {tab.first.narrow(0, pos, t), tab.second.narrow(0, pos, t)};
+  }
+
+ private:
+  int64_t head_size_;
+  double theta_;
+  std::mutex mu_;
+  std::map<std::string, std::pair<torch::Tensor, torch::Tensor>> by_device_;
+};
+
+torch::Tensor rotateHalf(const torch::Tensor& x) {
+  const int64_t h = x.size(-1) / 2;
+  return torch::cat({-x.narrow(-1, h, h), x.narrow(-1, 0, h)}, -1);
+}
+
+torch::Tensor applyRotary(const torch::Tensor& x, const torch::Tensor& cos,
+                          const torch::Tensor& sin) {
+  return x * cos + rotateHalf(x) * sin;
+}
+
+struct RmsNormImpl : torch::nn::Module {
+  RmsNormImpl(int64_t n, double eps) : eps(eps) {
+    weight = register_parameter("weight", torch::ones({n}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto h = x.to(torch::kFloat);
+    h = h * torch::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+    return weight * h.to(x.scalar_type());
+  }
+  double eps;
+  torch::Tensor weight;
+};
+TORCH_MODULE(RmsNorm);
+
+struct TokenEmbeddingImpl : torch::nn::Module {
+  TokenEmbeddingImpl(int64_t vocab, int64_t n_embd, int64_t block_size) : block_size(block_size) {
+    weight = register_parameter("weight", torch::empty({vocab, n_embd}));
+  }
+  torch::Tensor forward(const torch::Tensor& idx) { return F::embedding(idx, weight); }
+  int64_t block_size;
+  torch::Tensor weight;
+};
+TORCH_MODULE(TokenEmbedding);
+
+struct AttentionImpl : torch::nn::Module {
+  AttentionImpl(const config::ModelConfig& c, std::shared_ptr<RotaryTables> rotary)
+      : n_head(c.n_head),
+        n_kv_head(c.n_kv_head > 0 ? c.n_kv_head : c.n_head),
+        head_size(c.n_embd / c.n_head),
+        dropout(c.dropout),
+        rotary(std::move(rotary)) {
+    q_proj = register_module("q_proj", linear(c.n_embd, n_head * head_size));
+    k_proj = register_module("k_proj", linear(c.n_embd, n_kv_head * head_size));
+    v_proj = register_module("v_proj", linear(c.n_embd, n_kv_head * head_size));
+    o_proj = register_module("o_proj", linear(n_head * head_size, c.n_embd));
+  }
+  torch::Tensor forward(const torch::Tensor& x, int64_t pos, KvCache* cache) {
+    const int64_t b = x.size(0), t = x.size(1);
+    auto heads = [&](const torch::Tensor& y, int64_t n) {
+      return y.view({b, t, n, head_size}).transpose(1, 2);  // [B, n, T, hs]
+    };
+    auto q = heads(q_proj(x), n_head), k = heads(k_proj(x), n_kv_head),
+         v = heads(v_proj(x), n_kv_head);
+    auto [cos, sin] = rotary->get(pos, t, x.device());
+    q = applyRotary(q, cos.to(q.scalar_type()), sin.to(q.scalar_type()));
+    k = applyRotary(k, cos.to(k.scalar_type()), sin.to(k.scalar_type()));
+    if (cache) {
+      if (cache->k.defined()) k = torch::cat({cache->k, k}, 2), v = torch::cat({cache->v, v}, 2);
+      cache->k = k, cache->v = v;
+    }
+    auto y = cachedAttention(q, k, v, is_training() ? dropout : 0.0, n_kv_head != n_head);
+    return o_proj(y.transpose(1, 2).contiguous().view({b, t, n_head * head_size}));
+  }
+  int64_t n_head, n_kv_head, head_size;
+  double dropout;
+  std::shared_ptr<RotaryTables> rotary;
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+};
+TORCH_MODULE(Attention);
+
+struct SwiGluImpl : torch::nn::Module {
+  SwiGluImpl(int64_t n_embd, int64_t hidden) {
+    gate_proj = register_module("gate_proj", linear(n_embd, hidden));
+    up_proj = register_module("up_proj", linear(n_embd, hidden));
+    down_proj = register_module("down_proj", linear(hidden, n_embd));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    return down_proj(F::silu(gate_proj(x)) * up_proj(x));
+  }
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(SwiGlu);
+
+struct DecoderLayerImpl : torch::nn::Module, CachedLayer {
+  DecoderLayerImpl(const config::ModelConfig& c, std::shared_ptr<RotaryTables> rotary) {
+    self_attn = register_module("self_attn", Attention(c, std::move(rotary)));
+    mlp = register_module("mlp", SwiGlu(c.n_embd, c.intermediate_size));
+    input_layernorm = register_module("input_layernorm", RmsNorm(c.n_embd, c.norm_eps));
+    post_attention_layernorm =
+        register_module("post_attention_layernorm", RmsNorm(c.n_embd, c.norm_eps));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return run(x, 0, nullptr); }
+  torch::Tensor forwardCached(const torch::Tensor& x, int64_t pos, KvCache& cache) override {
+    return run(x, pos, &cache);
+  }
+  torch::Tensor run(torch::Tensor x, int64_t pos, KvCache* cache) {
+    x = x + self_attn->forward(input_layernorm(x), pos, cache);
+    return x + mlp(post_attention_layernorm(x));
+  }
+  Attention self_attn{nullptr};
+  SwiGlu mlp{nullptr};
+  RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+// The output projection: its own matrix, or the token embedding's (tie_weights), which it then
+// does not register, as transformers saves a tied lm_head once, under model.embed_tokens.weight.
+struct HeadImpl : torch::nn::Module {
+  HeadImpl(int64_t n_embd, int64_t vocab, TokenEmbedding tied) : tied(std::move(tied)) {
+    if (!this->tied) weight = register_parameter("weight", torch::empty({vocab, n_embd}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    const auto& w = tied ? tied->weight : weight;
+    return F::linear(x, w.device() == x.device() ? w : w.to(x.device()));
+  }
+  TokenEmbedding tied{nullptr};
+  torch::Tensor weight;
+};
+TORCH_MODULE(Head);
+
+}  // namespace
+
+Classifier buildLlama(const config::ModelConfig& cfg, const std::vector<int64_t>& shape,
+                      int64_t vocab) {
+  if (shape.size() != 1)
+    throw UsageError(fmt::format(
+        "model llama: expected token sequences (data.dataset: text or tokens), got inputs of {} "
+        "dimensions",
+        shape.size()));
+  if (shape[0] > cfg.block_size)
+    throw UsageError(fmt::format("model llama: sequences of {} tokens exceed model.block_size {}",
+                                 shape[0], cfg.block_size));
+  const int64_t head_size = cfg.n_embd / cfg.n_head;
+  auto rotary = std::make_shared<RotaryTables>(head_size, cfg.rope_theta);
+  torch::nn::Sequential seq;
+  auto named = std::make_shared<torch::nn::Module>();  // "model": embed_tokens, layers, norm
+  auto blocks = std::make_shared<torch::nn::Module>();
+  std::vector<std::string> prefixes;
+  TokenEmbedding embed(vocab, cfg.n_embd, cfg.block_size);
+  seq->push_back(embed);
+  named->register_module("embed_tokens", embed);
+  prefixes.push_back("model.embed_tokens.");
+  for (int64_t i = 0; i < cfg.n_layer; ++i) {
+    DecoderLayer layer(cfg, rotary);
+    seq->push_back(layer);
+    blocks->register_module(std::to_string(i), layer);
+    prefixes.push_back(fmt::format("model.layers.{}.", i));
+  }
+  named->register_module("layers", blocks);
+  RmsNorm norm(cfg.n_embd, cfg.norm_eps);
+  seq->push_back(norm);
+  named->register_module("norm", norm);
+  prefixes.push_back("model.norm.");
+  Head head(cfg.n_embd, vocab, cfg.tie_weights ? embed : TokenEmbedding(nullptr));
+  seq->push_back(head);
+  prefixes.push_back("lm_head.");
+  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> tree{{"model", named}};
+  if (!cfg.tie_weights) tree.emplace_back("lm_head", head.ptr());
+  Classifier model(seq, std::move(tree), std::move(prefixes));
+
+  // transformers' LlamaPreTrainedModel: N(0, 0.02) for every matrix and the embedding; the norms
+  // keep their ones.
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->named_parameters())
+    if (p.value().dim() == 2) p.value().normal_(0.0, 0.02);
+  return model;
+}
+
+}  // namespace ltrain::models

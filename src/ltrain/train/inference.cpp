@@ -1,0 +1,184 @@
+#include "ltrain/train/inference.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <filesystem>
+
+#include "ltrain/common/errors.h"
+#include "ltrain/config/hf_config.h"
+#include "ltrain/io/files.h"
+#include "ltrain/io/json.h"
+#include "ltrain/io/safetensors.h"
+#include "ltrain/models/hf_checkpoint.h"
+#include "ltrain/train/checkpoint.h"
+#include "ltrain/train/devices.h"
+#include "ltrain/train/precision.h"
+
+namespace fs = std::filesystem;
+
+namespace ltrain::train {
+namespace {
+
+bool isSafetensors(const std::string& p) {
+  return fs::path(p).extension() == ".safetensors";
+}
+
+// The run directory of a weights file: RUN/checkpoints/step-*.pt or RUN/model.safetensors.
+std::string runDirOf(const std::string& weights) {
+  fs::path dir = fs::path(weights).parent_path();
+  if (dir.filename() == "checkpoints") dir = dir.parent_path();
+  return dir.string();
+}
+
+// The first that exists: --tokenizer; the run's vocabulary.json or tokenizer.json;
+// model.init_from's or data.path's tokenizer.json.
+std::string findTokenizer(const InferenceRequest& req, const config::ExperimentConfig& cfg,
+                          const std::string& run_dir) {
+  std::error_code ec;
+  if (!req.tokenizer.empty()) {
+    if (!fs::is_regular_file(req.tokenizer, ec))
+      throw UsageError(fmt::format("--tokenizer '{}' not found", req.tokenizer));
+    return req.tokenizer;
+  }
+  std::vector<fs::path> candidates;
+  if (!run_dir.empty())
+    candidates = {fs::path(run_dir) / "vocabulary.json", fs::path(run_dir) / "tokenizer.json"};
+  if (config::isHfModelDir(cfg.model.init_from))
+    candidates.push_back(fs::path(cfg.model.init_from) / "tokenizer.json");
+  if (cfg.data.dataset == "tokens")
+    candidates.push_back(fs::path(cfg.data.path) / "tokenizer.json");
+  for (const auto& c : candidates)
+    if (fs::is_regular_file(c, ec)) return c.string();
+  return "";
+}
+
+// The vocabulary a .safetensors of ltrain's holds: its token embedding's rows.
+int64_t vocabFromWeights(const std::string& weights) {
+  if (weights.empty() || !isSafetensors(weights)) return 0;
+  const auto tensors = io::loadSafetensors(weights);
+  for (const char* name : {"layers.0.wte.weight", "model.embed_tokens.weight"})
+    if (auto it = tensors.find(name); it != tensors.end()) return it->second.size(0);
+  return 0;
+}
+
+}  // namespace
+
+LoadedModel loadTrainedModel(const InferenceRequest& req, bool need_codec) {
+  std::error_code ec;
+  if (req.config.empty() && req.run.empty())
+    throw UsageError("expected a CONFIG.yaml argument or --run RUN_DIR");
+  if (!req.run.empty() && !fs::is_directory(req.run, ec))
+    throw UsageError(fmt::format("--run '{}' is not a directory", req.run));
+  LoadedModel lm;
+  lm.lc =
+      config::loadConfig(req.config.empty() ? req.run + "/config.yaml" : req.config, req.overrides);
+  const auto& cfg = lm.lc.cfg;
+  if (cfg.model.name != "gpt" && cfg.model.name != "llama")
+    throw UsageError(
+        fmt::format("{}model.name is '{}': generation and export need a language "
+                    "model (gpt or llama)",
+                    lm.lc.where("model.name"), cfg.model.name));
+  lm.weights = req.checkpoint;
+  if (lm.weights.empty() && !req.run.empty()) {
+    const auto final_weights = fs::path(req.run) / "model.safetensors";
+    if (fs::is_regular_file(final_weights, ec))
+      lm.weights = final_weights.string();
+    else if (auto newest = newestCheckpoint((fs::path(req.run) / "checkpoints").string()))
+      lm.weights = *newest;
+    else
+      throw UsageError(fmt::format(
+          "--run '{}' holds no weights (model.safetensors or checkpoints/step-*.pt)", req.run));
+  }
+  if (lm.weights.empty() && cfg.model.init_from.empty())
+    throw UsageError(
+        "expected --checkpoint PATH (a checkpoint .pt or a model.safetensors), "
+        "--run RUN_DIR, or model.init_from");
+  if (!lm.weights.empty() && !fs::is_regular_file(lm.weights, ec))
+    throw UsageError(fmt::format("--checkpoint '{}' not found", lm.weights));
+  const std::string run_dir = !req.run.empty()     ? req.run
+                              : lm.weights.empty() ? ""
+                                                   : runDirOf(lm.weights);
+  lm.tokenizer_file = findTokenizer(req, cfg, run_dir);
+  if (!lm.tokenizer_file.empty()) lm.codec = data::loadCodec(lm.tokenizer_file);
+  if (need_codec && !lm.codec)
+    throw UsageError(fmt::format(
+        "no tokenizer found for these weights (looked for vocabulary.json and tokenizer.json in "
+        "'{}'{}): pass --tokenizer FILE",
+        run_dir, cfg.data.dataset == "tokens" ? " and data.path" : ""));
+  lm.vocab = cfg.model.vocab_size > 0 ? cfg.model.vocab_size
+             : lm.codec               ? lm.codec->vocabSize()
+                                      : vocabFromWeights(lm.weights);
+  if (lm.vocab <= 0)
+    throw UsageError("the vocabulary size is unknown: set model.vocab_size (or pass --tokenizer)");
+  if (lm.codec && lm.codec->vocabSize() > lm.vocab)
+    throw UsageError(
+        fmt::format("tokenizer '{}' has {} tokens, more than the model's {} "
+                    "(model.vocab_size)",
+                    lm.tokenizer_file, lm.codec->vocabSize(), lm.vocab));
+  torch::manual_seed(static_cast<uint64_t>(cfg.seed));
+  config::ModelConfig m = cfg.model;
+  m.placement = config::Placement::kSingle;  // one device: decoding is sequential anyway
+  lm.model = models::build(m, {cfg.model.block_size}, lm.vocab, /*tokens=*/true);
+  if (lm.weights.empty())
+    models::loadInitialWeights(lm.model, cfg.model);
+  else if (isSafetensors(lm.weights))
+    io::loadModuleState(*lm.model, lm.weights);
+  else
+    loadCheckpointModel(lm.weights, *lm.model);
+  return lm;
+}
+
+void runGenerate(const InferenceRequest& req, const std::string& prompt,
+                 const models::SamplingOptions& options) {
+  auto lm = loadTrainedModel(req, /*need_codec=*/true);
+  const auto& cfg = lm.lc.cfg;
+  if (cfg.train.threads > 0) at::set_num_threads(static_cast<int>(cfg.train.threads));
+  const Devices devices = chooseDevices(cfg, distributed::Runtime{});
+  bindDevice(devices.main);
+  lm.model->to(devices.main);
+  const auto ids = lm.codec->encode(prompt);
+  if (ids.empty()) throw UsageError("--prompt is empty: give the text to continue");
+  for (auto id : ids)
+    if (id >= lm.vocab)
+      throw UsageError(
+          fmt::format("--prompt: token {} is outside the model's vocabulary of {}", id, lm.vocab));
+  const auto start = std::chrono::steady_clock::now();
+  std::vector<int64_t> out;
+  {
+    AutocastScope autocast(cfg.train.precision, devices.main.type());
+    out = models::generate(lm.model, cfg.model.block_size, ids, options, devices.main);
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fmt::print("{}{}\n", prompt, lm.codec->decode(out));
+  std::fflush(stdout);
+  fmt::print(stderr,
+             "generated {} tokens in {:.2f} s: {:.1f} tokens/s ({} prompt tokens, {} on {})\n",
+             out.size(), s, s > 0 ? static_cast<double>(out.size()) / s : 0.0, ids.size(),
+             cfg.model.name, devices.main.str());
+}
+
+void runExport(const InferenceRequest& req, const std::string& hf_dir) {
+  if (hf_dir.empty()) throw UsageError("export: expected --hf DIR");
+  auto lm = loadTrainedModel(req, /*need_codec=*/false);
+  const auto& cfg = lm.lc.cfg;
+  int64_t max_positions = 0;  // an imported Llama keeps its max_position_embeddings
+  if (config::isHfModelDir(cfg.model.init_from)) {
+    const auto j = io::readJsonFile(cfg.model.init_from + "/config.json");
+    max_positions = j.value("max_position_embeddings", int64_t{0});
+  }
+  models::exportHf(lm.model, cfg.model, lm.vocab, hf_dir, max_positions);
+  if (!lm.tokenizer_file.empty() && fs::path(lm.tokenizer_file).filename() == "tokenizer.json") {
+    io::writeFileAtomic(hf_dir + "/tokenizer.json", io::readFile(lm.tokenizer_file));
+    io::writeFileAtomic(hf_dir + "/tokenizer_config.json",
+                        "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\"\n}\n");
+  } else if (!lm.tokenizer_file.empty()) {
+    io::writeFileAtomic(hf_dir + "/vocabulary.json", io::readFile(lm.tokenizer_file));
+  }
+  fmt::print("exported {} ({} parameters, vocabulary {}) from {} to {}\n", cfg.model.name,
+             models::parameterCount(*lm.model), lm.vocab,
+             lm.weights.empty() ? cfg.model.init_from : lm.weights, hf_dir);
+}
+
+}  // namespace ltrain::train

@@ -1,0 +1,42 @@
+// A trained language model outside training: `ltrain generate` and `ltrain export` load the
+// config's model, its weights (a checkpoint, a model.safetensors, or model.init_from alone) and
+// the tokenizer its run saved, without the training data.
+#pragma once
+#include <memory>
+#include <string>
+
+#include "ltrain/config/load.h"
+#include "ltrain/data/codec.h"
+#include "ltrain/models/generate.h"
+#include "ltrain/models/model.h"
+
+namespace ltrain::train {
+
+struct InferenceRequest {
+  std::string config;  // the YAML; empty: <run>/config.yaml
+  std::vector<std::string> overrides;
+  std::string checkpoint;  // a .pt checkpoint or a .safetensors; empty: the run's newest
+  std::string run;         // a run directory (its config and newest weights)
+  std::string tokenizer;   // vocabulary.json or tokenizer.json; empty: found beside the weights
+};
+
+struct LoadedModel {
+  config::LoadedConfig lc;
+  models::Classifier model{nullptr};
+  int64_t vocab = 0;
+  std::string weights;                     // where they came from, for messages
+  std::unique_ptr<data::TextCodec> codec;  // null when none was found (export needs none)
+  std::string tokenizer_file;
+};
+
+// UsageError naming what is missing: no weights to load, a model that is no language model, no
+// vocabulary size to build it with.
+LoadedModel loadTrainedModel(const InferenceRequest& req, bool need_codec);
+
+// ltrain generate: prints the prompt and what follows it on stdout, tokens/s on stderr.
+void runGenerate(const InferenceRequest& req, const std::string& prompt,
+                 const models::SamplingOptions& options);
+// ltrain export --hf DIR.
+void runExport(const InferenceRequest& req, const std::string& hf_dir);
+
+}  // namespace ltrain::train

@@ -1,0 +1,51 @@
+#include "ltrain/train/mfu.h"
+
+#include <utility>
+#include <vector>
+
+#if __has_include(<ATen/cuda/CUDAContext.h>) && __has_include(<cuda_runtime_api.h>)
+#include <ATen/cuda/CUDAContext.h>
+#define LTRAIN_HAS_CUDA_HEADERS 1
+#endif
+
+namespace ltrain::train {
+
+double flopsPerToken(const config::ModelConfig& m, int64_t params, int64_t vocab) {
+  if (m.name != "gpt" && m.name != "llama") return 0;
+  // Tables that are only looked up do no multiplications: gpt's positions, and the token
+  // embedding unless the head multiplies by it (tied).
+  int64_t n = params;
+  if (m.name == "gpt") n -= m.block_size * m.n_embd;
+  if (!m.tie_weights) n -= vocab * m.n_embd;
+  const double head = static_cast<double>(m.n_embd / m.n_head);
+  return 6.0 * static_cast<double>(n) + 12.0 * static_cast<double>(m.n_layer * m.n_head) * head *
+                                            static_cast<double>(m.block_size);
+}
+
+double knownPeakFlops(const std::string& name) {
+  // NVIDIA's data sheets, dense (no sparsity) bf16 tensor-core FLOP/s; longer names first, so
+  // that "H100 PCIe" is not taken for the SXM part.
+  static const std::vector<std::pair<std::string, double>> table{
+      {"GB200", 2500e12},    {"B200", 2250e12},    {"H200", 989e12}, {"GH200", 989e12},
+      {"H100 PCIe", 756e12}, {"H100 NVL", 835e12}, {"H100", 989e12}, {"H800", 989e12},
+      {"A100", 312e12},      {"A800", 312e12},     {"L40S", 362e12}, {"L40", 181e12},
+      {"L4", 121e12},        {"A10G", 125e12},     {"A10", 125e12},  {"RTX 4090", 165e12},
+      {"RTX 3090", 71e12},   {"V100", 125e12}};
+  for (const auto& [key, flops] : table)
+    if (name.find(key) != std::string::npos) return flops;
+  return 0;
+}
+
+double peakFlops(const config::TrainConfig& t, const std::string& device_type, int device_index) {
+  if (t.peak_flops > 0) return t.peak_flops;
+#ifdef LTRAIN_HAS_CUDA_HEADERS
+  if (device_type == "cuda")
+    return knownPeakFlops(
+        at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device_index))->name);
+#else
+  (void)device_type, (void)device_index;
+#endif
+  return 0;
+}
+
+}  // namespace ltrain::train
