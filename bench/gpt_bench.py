@@ -1,15 +1,17 @@
-"""The GPT benchmark of scripts/gpu_check.sh: a >= 100M-parameter GPT at bf16 on one GPU, ltrain
-against Python torch eager on the same model (bench/reference/gpt_ref.py, the same layers and
-initialisation), and ltrain's dist.strategy dp against ddp.
+"""The language-model benchmark of scripts/gpu_check.sh: GPT-2 124M (configs/gpt2_124m.yaml) and a
+llama of similar size at bf16 on one GPU, ltrain against Python torch eager on the same model
+(bench/reference/gpt_ref.py's GPT, llama_ref.py's EagerLlama: the same layers and names), and for
+the GPT ltrain's dist.strategy dp against ddp.
 
-  python bench/gpt_bench.py --ltrain build-gpu/ltrain --out DIR [--steps 40]
+  python bench/gpt_bench.py --ltrain build-gpu/ltrain --out DIR [--steps 40] [--model gpt,llama]
 
-Both sides: byte-level tokens (vocabulary 256) of the same random text, batch 16 x 1024 tokens,
-AdamW, bf16 autocast, fp32 weights and loss. tokens/s is the mean over the logging windows after
-the first (warm-up); model FLOP utilisation = tokens/s x training FLOPs per token (6N + 12 L T C,
-nanoGPT's estimate) / the GPU's dense bf16 peak (--peak-tflops, 989 for an H100/H200 SXM).
-Prints a markdown table. --tiny runs a small model (on the CPU where there is no GPU) so that the
-script itself is tested without a GPU (tests/integration/bench_scripts_test.cpp).
+Both sides: random tokens of GPT-2's padded vocabulary (50304) in an llm.c shard, batch 16 x 1024
+tokens, AdamW, bf16 autocast, fp32 weights and loss. tokens/s is the mean over the logging
+windows after the first (warm-up); MFU = tokens/s x training FLOPs per token (6N + 12 L H Q T,
+nanoGPT's estimate, N without tables only looked up) / the GPU's dense bf16 peak (--peak-tflops,
+989 for an H100/H200 SXM). Prints a markdown table. --tiny runs small models (on the CPU where
+there is no GPU) so that the script itself is tested without a GPU
+(tests/integration/plot_test.cpp).
 """
 import argparse
 import json
@@ -18,26 +20,57 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import torch
+import yaml
 import torch.nn as nn
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference"))
-from gpt_ref import gpt_flops_per_token, gpt_layers  # noqa: E402
+from gpt_ref import gpt_layers  # noqa: E402
+from llama_ref import EagerLlama  # noqa: E402
 
-MODEL = {"n_layer": 16, "n_head": 12, "n_embd": 768, "block_size": 1024, "dropout": 0.0,
-         "tie_weights": True}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+VOCAB = 50304
+GPT = {"name": "gpt", "n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024, "dropout": 0.0,
+       "tie_weights": True, "gelu": "tanh"}
+LLAMA = {"name": "llama", "n_layer": 12, "n_head": 12, "n_kv_head": 4, "n_embd": 768,
+         "intermediate_size": 2048, "block_size": 1024, "dropout": 0.0, "tie_weights": True,
+         "norm_eps": 1e-5, "rope_theta": 10000.0}
 BATCH = 16
 
 
-def python_eager(text, steps, log_every):
+def write_shard(path, tokens):
+    header = np.zeros(256, dtype=np.int32)
+    header[0], header[1], header[2] = 20240520, 1, len(tokens)
+    with open(path, "wb") as f:
+        f.write(header.tobytes())
+        f.write(tokens.astype(np.uint16).tobytes())
+
+
+def flops_per_token(m, n_params):
+    """6N + 12 L H Q T, N without the positions table (ltrain's train/mfu.cpp)."""
+    n = n_params - (m["block_size"] * m["n_embd"] if m["name"] == "gpt" else 0)
+    return 6 * n + 12 * m["n_layer"] * m["n_embd"] * m["block_size"]
+
+
+def python_model(m):
+    if m["name"] == "gpt":
+        return nn.Sequential(*gpt_layers(m, VOCAB))
+    return EagerLlama(m, VOCAB)
+
+
+def python_eager(m, tokens, steps, log_every):
     torch.manual_seed(0)
     dev = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    model = nn.Sequential(*gpt_layers(MODEL, 256)).to(dev)
+    model = python_model(m).to(dev)
     n_params = sum(p.numel() for p in model.parameters())
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    data = torch.frombuffer(bytearray(text), dtype=torch.uint8).long()
-    t = MODEL["block_size"]
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay}, {"params": rest, "weight_decay": 0.0}], lr=3e-4,
+                            betas=(0.9, 0.95), weight_decay=0.1, fused=dev.type == "cuda")
+    data = torch.from_numpy(tokens.astype(np.int64))
+    t = m["block_size"]
     g = torch.Generator().manual_seed(0)
     windows, w_start = [], None
     for step in range(1, steps + 1):
@@ -45,11 +78,12 @@ def python_eager(text, steps, log_every):
             sync()
             w_start = time.time()
         starts = torch.randint(len(data) - t - 1, (BATCH,), generator=g)
-        x = torch.stack([data[s:s + t] for s in starts]).to(dev, non_blocking=True)
+        x = torch.stack([data[s:s + t] for s in starts]).pin_memory().to(dev, non_blocking=True) \
+            if dev.type == "cuda" else torch.stack([data[s:s + t] for s in starts])
         y = torch.stack([data[s + 1:s + t + 1] for s in starts]).to(dev, non_blocking=True)
         with torch.autocast(dev.type, dtype=torch.bfloat16):
             logits = model(x)
-        loss = F.cross_entropy(logits.float().view(-1, 256), y.view(-1))
+        loss = F.cross_entropy(logits.float().view(-1, VOCAB), y.view(-1))
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -57,7 +91,10 @@ def python_eager(text, steps, log_every):
             sync()
             windows.append(BATCH * t * log_every / (time.time() - w_start))
             w_start = None
-    mem = torch.cuda.max_memory_allocated() / 2**20 if dev.type == "cuda" else float("nan")
+    mem = f"{torch.cuda.max_memory_allocated() / 2**20:.0f}" if dev.type == "cuda" else "-"
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    del model, opt
     return n_params, windows, mem
 
 
@@ -66,29 +103,38 @@ def sync():
         torch.cuda.synchronize()
 
 
-def ltrain_run(binary, text_path, out, steps, log_every, strategy):
-    cfg = os.path.join(out, "gpt_bench.yaml")
-    with open(cfg, "w") as f:
-        f.write("seed: 0\n")
-    overrides = [f"model.{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in MODEL.items()]
-    run_dir = os.path.join(out, f"ltrain-{strategy}")
-    cmd = [binary, "train", cfg, "data.dataset=text", f"data.path={text_path}", "data.tokenizer=byte",
-           "data.val_fraction=0.01", f"data.batch_size={BATCH}", "data.eval_batch_size=16",
-           "model.name=gpt", *overrides, "optimizer.name=adamw", "optimizer.lr=3e-4",
-           "optimizer.betas=[0.9,0.95]", "optimizer.weight_decay=0.1", "train.precision=bf16",
+def ltrain_config(m, out):
+    """configs/gpt2_124m.yaml with its model section replaced by `m` (training settings shared)."""
+    with open(os.path.join(ROOT, "configs", "gpt2_124m.yaml")) as f:
+        cfg = yaml.safe_load(f)
+    cfg["model"] = {**m, "vocab_size": VOCAB}
+    path = os.path.join(out, f"{m['name']}.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(cfg, f)
+    return path
+
+
+def ltrain_run(binary, m, data_dir, out, steps, log_every, strategy):
+    run_dir = os.path.join(out, f"ltrain-{m['name']}-{strategy}")
+    cmd = [binary, "train", ltrain_config(m, out), f"data.path={data_dir}",
+           f"data.batch_size={BATCH}", "data.eval_batch_size=16",
            f"train.max_steps={steps}", f"train.log_every={log_every}", "train.eval_every=100000",
            "train.checkpoint_every=100000", f"dist.strategy={strategy}", "data.num_workers=2",
-           "--output-dir", run_dir, "--overwrite"]
+           "--output-dir", run_dir]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"ltrain failed ({r.returncode}): {r.stderr[-2000:]}")
-    windows = []
+    windows, mfu = [], []
     with open(os.path.join(run_dir, "metrics.jsonl")) as f:
         for line in f:
             rec = json.loads(line)
             if rec.get("split") == "train":
                 windows.append(rec["tokens_per_s"])
-    return windows
+                if "mfu" in rec:
+                    mfu.append(rec["mfu"])
+    with open(os.path.join(run_dir, "summary.json")) as f:
+        mem = json.load(f).get("peak_cuda_memory_mb")
+    return windows, f"{mem:.0f}" if mem else "-"
 
 
 def main():
@@ -98,35 +144,43 @@ def main():
     ap.add_argument("--steps", type=int, default=40)
     ap.add_argument("--log-every", type=int, default=10)
     ap.add_argument("--peak-tflops", type=float, default=989.0)
-    ap.add_argument("--tiny", action="store_true", help="a small model: tests the script itself")
+    ap.add_argument("--model", default="gpt,llama", help="comma-separated: gpt, llama")
+    ap.add_argument("--tiny", action="store_true", help="small models: tests the script itself")
     args = ap.parse_args()
-    global BATCH
+    global BATCH, VOCAB
     if args.tiny:
-        MODEL.update(n_layer=2, n_head=2, n_embd=32, block_size=32)
-        BATCH = 4
+        for m in (GPT, LLAMA):
+            m.update(n_layer=2, n_head=2, n_embd=32, block_size=32)
+        LLAMA.update(n_kv_head=1, intermediate_size=64)
+        BATCH, VOCAB = 4, 512
     os.makedirs(args.out, exist_ok=True)
-    text_path = os.path.join(args.out, "bytes.txt")
-    text = os.urandom((8 << 20) if not args.tiny else (64 << 10))
-    with open(text_path, "wb") as f:
-        f.write(text)
+    data_dir = os.path.join(args.out, "data")
+    os.makedirs(data_dir, exist_ok=True)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, VOCAB, (4 << 20) if not args.tiny else (64 << 10))
+    write_shard(os.path.join(data_dir, "train_000000.bin"), tokens)
+    write_shard(os.path.join(data_dir, "val_000000.bin"), tokens[:1 << 16])
 
-    n_params, py_windows, py_mem = python_eager(text, args.steps, args.log_every)
-    flops = gpt_flops_per_token(n_params, MODEL)
-    rows = [("Python torch eager", py_windows, f"{py_mem:.0f}")]
-    for strategy in ("ddp", "dp"):
-        rows.append((f"ltrain (dist.strategy {strategy})",
-                     ltrain_run(args.ltrain, text_path, args.out, args.steps, args.log_every, strategy), "-"))
-    print(f"GPT {MODEL['n_layer']}x{MODEL['n_embd']}, {n_params / 1e6:.1f}M parameters, block "
-          f"{MODEL['block_size']}, batch {BATCH}, bf16 autocast, AdamW; "
-          f"{torch.cuda.get_device_name(0) if torch.cuda.is_available() else 'CPU'}, "
-          f"torch {torch.__version__}\n")
-    print("| implementation | tokens/s | MFU | peak CUDA memory MiB |")
-    print("| --- | --- | --- | --- |")
-    base = None
-    for name, windows, mem in rows:
-        tps = sum(windows[1:]) / max(1, len(windows) - 1)
-        base = base or tps
-        print(f"| {name} | {tps:,.0f} ({tps / base:.2f}x) | {100 * tps * flops / (args.peak_tflops * 1e12):.1f}% | {mem} |")
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "CPU"
+    print(f"bf16 autocast, AdamW, batch {BATCH} x {GPT['block_size']} tokens, vocabulary {VOCAB}; "
+          f"{device}, torch {torch.__version__}\n")
+    print("| model | implementation | tokens/s | MFU | peak CUDA memory MiB |")
+    print("| --- | --- | --- | --- | --- |")
+    for name in args.model.split(","):
+        m = GPT if name == "gpt" else LLAMA
+        n_params, py_windows, py_mem = python_eager(m, tokens, args.steps, args.log_every)
+        flops = flops_per_token(m, n_params)
+        label = f"{name} {m['n_layer']}x{m['n_embd']}, {n_params / 1e6:.1f}M"
+        rows = [("Python torch eager", py_windows, py_mem)]
+        for strategy in (("ddp", "dp") if name == "gpt" else ("ddp",)):
+            windows, mem = ltrain_run(args.ltrain, m, data_dir, args.out, args.steps, args.log_every, strategy)
+            rows.append((f"ltrain (dist.strategy {strategy})", windows, mem))
+        base = None
+        for impl, windows, mem in rows:
+            tps = sum(windows[1:]) / max(1, len(windows) - 1)
+            base = base or tps
+            print(f"| {label} | {impl} | {tps:,.0f} ({tps / base:.2f}x) | "
+                  f"{100 * tps * flops / (args.peak_tflops * 1e12):.1f}% | {mem} |")
 
 
 if __name__ == "__main__":

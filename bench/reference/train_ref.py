@@ -66,8 +66,56 @@ class Split:
         return x, self.targets.index_select(0, idx)
 
 
+def block_offset(seed, epoch, block_size):
+    """ltrain's per-epoch cut of a token corpus (src/ltrain/data/text.cpp): splitmix64."""
+    m = (1 << 64) - 1
+    z = (seed * 0x9E3779B97F4A7C15 + epoch + 1) & m
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & m
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & m
+    z ^= z >> 31
+    return z % block_size
+
+
+class TokenSplit:
+    """llm.c or nanoGPT shards, memory-mapped, cut into blocks as ltrain's TokenBlocks cuts them."""
+
+    def __init__(self, files, block_size):
+        self.t, self.offset, self.shards, self.spans = block_size, 0, [], []
+        first = 0
+        for f in files:
+            raw = np.memmap(f, dtype=np.uint8, mode="r")
+            head = np.frombuffer(raw[:1024].tobytes(), dtype=np.int32) if len(raw) >= 1024 else None
+            if head is not None and head[0] in (20240520, 20240801):
+                tokens = np.memmap(f, dtype=np.uint16 if head[0] == 20240520 else np.uint32, mode="r",
+                                   offset=1024, shape=(int(head[2]),))
+            else:
+                tokens = np.memmap(f, dtype=np.uint16, mode="r")
+            n, shifts = (len(tokens) - block_size) // block_size, True
+            if n < 1:
+                n, shifts = max(0, (len(tokens) - 1) // block_size), False
+            self.shards.append(tokens)
+            self.spans.append((first, n, shifts))
+            first += n
+        self.n = first
+        self.targets = range(self.n)  # len() is the number of examples, as for the other splits
+
+    def batch(self, idx):
+        rows = []
+        for i in idx:
+            k = max(j for j, s in enumerate(self.spans) if s[0] <= i)
+            first, _, shifts = self.spans[k]
+            start = (self.offset if shifts else 0) + (i - first) * self.t
+            rows.append(torch.from_numpy(self.shards[k][start:start + self.t + 1].astype(np.int64)))
+        b = torch.stack(rows)
+        return b[:, :-1].contiguous(), b[:, 1:].contiguous()
+
+
 def load_data(cfg, seed):
     d = cfg["data"]
+    if d["dataset"] == "tokens":
+        import glob
+        files = [sorted(glob.glob(os.path.join(d["path"], p))) for p in (d["train_files"], d["val_files"])]
+        return TokenSplit(files[0], cfg["model"]["block_size"]), TokenSplit(files[1], cfg["model"]["block_size"])
     if d["dataset"] not in ("synthetic", "fashion_mnist", "mnist"):
         raise NotImplementedError(f"the reference reads IDX and synthetic data, not {d['dataset']!r}")
     if d["dataset"] == "synthetic":
@@ -182,12 +230,22 @@ def learning_rate(opt, s, step, total):
         return s["min_lr"] + (peak - s["min_lr"]) * 0.5 * (1.0 + math.cos(math.pi * t))
     if s["name"] == "linear":
         return peak + (s["min_lr"] - peak) * t
+    if s["name"] == "wsd":
+        decay = max(1, round(s["decay_fraction"] * total))
+        start = total - decay
+        return peak if step < start else peak + (s["min_lr"] - peak) * (step - start + 1) / decay
     return peak
 
 
 def make_optimizer(o, params):
     o = dict(o, lr=float(o["lr"]), eps=float(o["eps"]), weight_decay=float(o["weight_decay"]),
              momentum=float(o["momentum"]), betas=[float(b) for b in o["betas"]])
+    params = list(params)
+    if o["decay"] == "matrices" and o["weight_decay"] > 0:
+        # nanoGPT's parameter groups: matrices (and embeddings) decay, biases and norms do not.
+        params = [{"params": [p for p in params if p.dim() >= 2]},
+                  {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0}]
+        params = [g for g in params if g["params"]]
     if o["name"] == "adam":
         return torch.optim.Adam(params, lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"], weight_decay=o["weight_decay"])
     if o["name"] == "adamw":
@@ -206,12 +264,20 @@ def evaluate(model, split, batch_size, rank, world, device):
         for s in range(begin, end, batch_size):
             x, y = split.batch(list(range(s, min(s + batch_size, end))))
             out = model(x.to(device)).float()
-            sums[0] += F.cross_entropy(out, y.to(device), reduction="sum").item()
-            sums[1] += (out.argmax(1) == y.to(device)).sum().item()
+            sums[0] += loss_of(out, y.to(device), reduction="sum").item()
+            sums[1] += (out.argmax(-1) == y.to(device)).sum().item()
     if world > 1:
         dist.all_reduce(sums)
     model.train()
+    n *= split.t if isinstance(split, TokenSplit) else 1  # per token for language models
     return sums[0].item() / n, sums[1].item() / n
+
+
+def loss_of(out, y, reduction="mean"):
+    """Cross entropy per example, or per token for [B, T, V] logits (ltrain's train/loss.cpp)."""
+    if out.dim() == 3:
+        return F.cross_entropy(out.flatten(0, 1), y.flatten(), reduction=reduction)
+    return F.cross_entropy(out, y, reduction=reduction)
 
 
 def main():
@@ -233,16 +299,23 @@ def main():
     train, test = load_data(cfg, cfg["seed"])
     torch.manual_seed(cfg["seed"])
     classes = 10 if cfg["data"]["dataset"] != "synthetic" else cfg["data"]["synthetic_classes"]
-    if cfg["model"]["name"] == "torchscript":
+    if cfg["data"]["dataset"] == "tokens":
+        classes = cfg["model"]["vocab_size"]
+    if cfg["model"]["name"] == "llama":
+        from llama_ref import llama_model
+        model = llama_model(cfg["model"], classes)
+    elif cfg["model"]["name"] == "torchscript":
         # The module itself, its weights as saved: ltrain starts from the same file.
         model = torch.jit.load(cfg["model"]["path"])
     else:
-        model = Model(cfg["model"], list(train.inputs.shape[1:]), classes)
+        shape = [cfg["model"]["block_size"]] if isinstance(train, TokenSplit) else list(train.inputs.shape[1:])
+        model = Model(cfg["model"], shape, classes)
+    weights = model.weights if hasattr(model, "weights") else model.state_dict
     if args.save_init:
-        save_file({k: v.contiguous() for k, v in model.state_dict().items()}, args.save_init)
+        save_file({k: v.contiguous() for k, v in weights().items()}, args.save_init)
         return
     if args.init:
-        model.load_state_dict(load_file(args.init))
+        (model.load_weights if hasattr(model, "load_weights") else model.load_state_dict)(load_file(args.init))
     model.to(device)
     if world > 1:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
@@ -270,6 +343,8 @@ def main():
         if step >= total:
             break
         sampler.set_epoch(epoch)
+        if isinstance(train, TokenSplit):
+            train.offset = block_offset(cfg["seed"], epoch, train.t)
         idx = list(sampler)
         b = 0
         t0 = time.time()
@@ -288,7 +363,7 @@ def main():
                 ctx = model.no_sync() if (world > 1 and not sync) else contextlib.nullcontext()
                 with ctx:
                     with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
-                        loss = F.cross_entropy(model(x).float(), y)
+                        loss = loss_of(model(x).float(), y)
                     scaler.scale(loss / k).backward()
                 step_loss += loss.item() / k
                 samples += len(y) * world
@@ -325,7 +400,8 @@ def main():
         dist.all_reduce(rss)
     if rank == 0:
         net = model.module if world > 1 else model
-        save_file({k: v.detach().cpu().contiguous() for k, v in net.state_dict().items()},
+        net_weights = net.weights() if hasattr(net, "weights") else net.state_dict()
+        save_file({k: v.detach().cpu().contiguous() for k, v in net_weights.items()},
                   os.path.join(args.out, "model.safetensors"))
         with open(os.path.join(args.out, "summary.json"), "w") as f:
             json.dump({"status": "completed", "steps": step, "wall_s": time.time() - start,
@@ -333,13 +409,15 @@ def main():
                        "first_step_wall_time": first_step_wall_time, "peak_rss_mb": rss.max().item(),
                        "test_loss": test_loss, "test_accuracy": test_acc}, f)
     if world > 1:
-        dist.destroy_process_group()
+        dist.barrier()  # every rank's output is written
+    # Exit here, before the DDP model is freed and before interpreter finalisation: freeing its
+    # Reducer holds the GIL while joining Gloo's work threads, which may need the GIL to free a
+    # tensor (a deadlock seen once in 50 runs); and with Gloo, torch can abort at finalisation
+    # (SIGABRT, "terminate called without an active exception"; pytorch/pytorch#179291).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
     main()
-    # Skip interpreter finalisation: with Gloo, torch can abort there (SIGABRT, "terminate called
-    # without an active exception"; pytorch/pytorch#179291) after all work and output is done.
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)

@@ -82,7 +82,8 @@ TEST_CASE("every config error exits 2 with one line naming the thing") {
       {"", {"train.epochs=two"}, "train.epochs: expected an integer, got 'two'"},
       {"",
        {"data.dataset=cifar"},
-       "data.dataset must be one of fashion_mnist|mnist|cifar10|cifar100|csv|text|synthetic"},
+       "data.dataset must be one of "
+       "fashion_mnist|mnist|cifar10|cifar100|csv|text|tokens|synthetic"},
       {"", {"data.dataset=mnist"}, "data.path must name the directory"},
       {"", {"data.path=/nonexistent/dir"}, "data.path '/nonexistent/dir' is not a directory"},
   };

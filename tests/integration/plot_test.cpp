@@ -149,7 +149,9 @@ TEST_CASE("bench/gpt_bench.py runs end to end on a tiny model", "[slow]") {
                        "--log-every", "5"});
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
-  CHECK_THAT(r.out, Contains("| Python torch eager | "));
-  CHECK_THAT(r.out, Contains("| ltrain (dist.strategy ddp) | "));
-  CHECK_THAT(r.out, Contains("| ltrain (dist.strategy dp) | "));
+  CHECK_THAT(r.out, Contains("| gpt 2x32, 0.0M | Python torch eager | "));
+  CHECK_THAT(r.out, Contains("| gpt 2x32, 0.0M | ltrain (dist.strategy ddp) | "));
+  CHECK_THAT(r.out, Contains("| gpt 2x32, 0.0M | ltrain (dist.strategy dp) | "));
+  CHECK_THAT(r.out, Contains("| llama 2x32, 0.0M | Python torch eager | "));
+  CHECK_THAT(r.out, Contains("| llama 2x32, 0.0M | ltrain (dist.strategy ddp) | "));
 }

@@ -25,11 +25,19 @@ std::map<int, double> losses(const std::string& metrics_path) {
 const std::string kRef = std::string(LTRAIN_SOURCE_DIR) + "/bench/reference/train_ref.py";
 }  // namespace
 
-TEST_CASE("ltrain and Python DDP agree step by step from the same weights", "[parity][slow]") {
-  const std::string config = std::string(LTRAIN_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml";
+TEST_CASE("ltrain and Python DDP agree step by step from the same weights", "[parity][slow][hf]") {
+  const std::string mlp = std::string(LTRAIN_SOURCE_DIR) + "/configs/fashion_mnist_mlp.yaml";
+  // The llama case trains on fortunes tokenised by scripts/prepare_tokens.py.
+  TempDir tokens;
+  auto prep = runProcess(
+      {LTRAIN_PYTHON, std::string(LTRAIN_SOURCE_DIR) + "/scripts/prepare_tokens.py",
+       "/usr/share/games/fortunes/cookie", "--out", tokens.path(), "--vocab-size", "384"});
+  INFO(prep.err);
+  REQUIRE(prep.exit_code == 0);
   struct Case {
     std::string name;
     std::vector<std::string> overrides;
+    std::string config = "";  // empty: the MLP's
   };
   std::vector<Case> cases{
       {"sgd-momentum",
@@ -47,13 +55,23 @@ TEST_CASE("ltrain and Python DDP agree step by step from the same weights", "[pa
         "{max_pool2d: 2}, flatten, {linear: 32}, relu, {linear: 10}]",
         "optimizer.name=sgd", "optimizer.lr=0.05", "optimizer.momentum=0.9",
         "scheduler.name=constant", "scheduler.warmup_steps=0"}},
+      // Llama's block (transformers' LlamaForCausalLM on the Python side) with grouped-query
+      // attention, weight decay on matrices only (parameter groups in Python), the wsd schedule.
+      {"llama-gqa-wsd",
+       {"data.path=" + tokens.path(), "model.vocab_size=384", "model.n_layer=2", "model.n_embd=48",
+        "model.n_head=4", "model.n_kv_head=2", "model.intermediate_size=96", "model.block_size=32",
+        "model.tie_weights=false", "optimizer.lr=0.003", "optimizer.weight_decay=0.1",
+        "scheduler.warmup_steps=5", "scheduler.decay_fraction=0.3", "data.batch_size=8",
+        "train.eval_every=0", "train.checkpoint_every=0"},
+       std::string(LTRAIN_SOURCE_DIR) + "/configs/llama_tokens.yaml"},
   };
   for (const auto& c : cases) {
     INFO(c.name);
+    const std::string config = c.config.empty() ? mlp : c.config;
     TempDir dir;
     std::vector<std::string> common = c.overrides;
-    common.insert(common.end(), {"data.batch_size=32", "train.max_steps=50", "train.log_every=1",
-                                 "train.threads=1"});
+    if (c.config.empty()) common.push_back("data.batch_size=32");
+    common.insert(common.end(), {"train.max_steps=50", "train.log_every=1", "train.threads=1"});
     // Python writes the seeded initial weights both sides start from.
     std::vector<std::string> save{LTRAIN_PYTHON, kRef, config};
     save.insert(save.end(), common.begin(), common.end());
@@ -107,7 +125,10 @@ TEST_CASE("ltrain and Python DDP agree step by step from the same weights", "[pa
                              "print(' '.join(sorted(load_file(sys.argv[1]))))",
                              dir / "lt/model.safetensors"});
     CHECK(names.exit_code == 0);
-    if (c.name.rfind("layers", 0) != 0)
+    if (c.name.rfind("llama", 0) == 0)
+      CHECK_THAT(names.out, Catch::Matchers::StartsWith("lm_head.weight model.embed_tokens.weight "
+                                                        "model.layers.0.input_layernorm.weight"));
+    else if (c.name.rfind("layers", 0) != 0)
       CHECK(names.out ==
             "layers.1.bias layers.1.weight layers.3.bias layers.3.weight layers.5.bias "
             "layers.5.weight "

@@ -2,6 +2,7 @@
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
+#include "ltrain/config/load.h"
 #include "ltrain/config/schema.h"
 #include "ltrain/models/model.h"
 #include "ltrain/train/optimizer.h"
@@ -65,4 +66,35 @@ TEST_CASE("an optimizer step changes the weights, for every optimizer") {
     ltrain::train::setLearningRate(*opt, 0.123);
     CHECK(opt->param_groups()[0].options().get_lr() == Approx(0.123));
   }
+}
+
+TEST_CASE("optimizer.decay matrices decays weights of 2+ dimensions only, the default for LMs") {
+  auto cfg = ltrain::config::defaults();
+  cfg.optimizer.name = ltrain::config::OptimizerName::kAdamw;
+  cfg.optimizer.weight_decay = 0.1;
+  cfg.optimizer.decay = ltrain::config::Decay::kMatrices;
+  cfg.model.hidden = {8};
+  auto m = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
+  auto opt = ltrain::train::makeOptimizer(cfg.optimizer, m->parameters());
+  REQUIRE(opt->param_groups().size() == 2);
+  auto wd = [&](size_t g) {
+    return static_cast<torch::optim::AdamWOptions&>(opt->param_groups()[g].options())
+        .weight_decay();
+  };
+  CHECK(wd(0) == 0.1);
+  CHECK(wd(1) == 0.0);
+  for (const auto& p : opt->param_groups()[0].params()) CHECK(p.dim() == 2);
+  for (const auto& p : opt->param_groups()[1].params()) CHECK(p.dim() == 1);
+  cfg.optimizer.decay = ltrain::config::Decay::kAll;
+  CHECK(ltrain::train::makeOptimizer(cfg.optimizer, m->parameters())->param_groups().size() == 1);
+  // The default depends on the model: matrices for gpt and llama, all for the others.
+  auto lm =
+      ltrain::config::loadConfigText("data: {dataset: text}\nmodel: {name: llama}\n", "t", {});
+  CHECK(lm.cfg.optimizer.decay == ltrain::config::Decay::kMatrices);
+  CHECK(lm.sources.at("optimizer.decay") == "default (model llama)");
+  auto mlp = ltrain::config::loadConfigText("model: {name: mlp}\n", "t", {});
+  CHECK(mlp.cfg.optimizer.decay == ltrain::config::Decay::kAll);
+  auto set = ltrain::config::loadConfigText(
+      "data: {dataset: text}\nmodel: {name: gpt}\noptimizer: {decay: all}\n", "t", {});
+  CHECK(set.cfg.optimizer.decay == ltrain::config::Decay::kAll);
 }

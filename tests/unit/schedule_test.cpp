@@ -33,3 +33,18 @@ TEST_CASE("cosine and linear reach min_lr at the last step, and step decays by g
   CHECK(learningRate(c.optimizer, c.scheduler, 3, 100) == Approx(0.5));
   CHECK(learningRate(c.optimizer, c.scheduler, 7, 100) == Approx(0.25));
 }
+
+TEST_CASE("wsd warms up, holds the peak, then decays linearly to min_lr over decay_fraction") {
+  auto c = ltrain::config::defaults();
+  c.optimizer.lr = 1.0;
+  c.scheduler.name = ltrain::config::SchedulerName::kWsd;
+  c.scheduler.warmup_steps = 2;
+  c.scheduler.decay_fraction = 0.2;  // the last 4 of 20 steps
+  c.scheduler.min_lr = 0.2;
+  CHECK(learningRate(c.optimizer, c.scheduler, 0, 20) == Approx(0.5));
+  CHECK(learningRate(c.optimizer, c.scheduler, 2, 20) == Approx(1.0));
+  CHECK(learningRate(c.optimizer, c.scheduler, 15, 20) == Approx(1.0));
+  CHECK(learningRate(c.optimizer, c.scheduler, 16, 20) == Approx(0.8));
+  CHECK(learningRate(c.optimizer, c.scheduler, 18, 20) == Approx(0.4));
+  CHECK(learningRate(c.optimizer, c.scheduler, 19, 20) == Approx(0.2));
+}

@@ -1,0 +1,204 @@
+// ltrain and Hugging Face transformers on the same weights. transformers builds small random
+// LlamaForCausalLM and GPT2LMHeadModel models here (no downloads) and saves them; ltrain loads
+// them through model.init_from (config.json giving the architecture) and its logits equal
+// transformers' within 1e-5 in fp32. After a few steps of training from them, transformers loads
+// ltrain's export (ltrain export --hf) and agrees with ltrain's logits, and greedy generation gives
+// the same text on both sides.
+#include <torch/torch.h>
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "ltrain/common/errors.h"
+#include "ltrain/config/load.h"
+#include "ltrain/io/json.h"
+#include "ltrain/io/safetensors.h"
+#include "ltrain/models/hf_checkpoint.h"
+#include "ltrain/models/model.h"
+#include "ltrain/train/inference.h"
+#include "support/process.h"
+#include "test_paths.h"
+
+using Catch::Matchers::Contains;
+using ltrain::test::runProcess;
+using ltrain::test::TempDir;
+using ltrain::test::writeText;
+
+namespace {
+const std::string kTools = std::string(LTRAIN_SOURCE_DIR) + "/tests/parity/hf_tools.py";
+
+void python(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{LTRAIN_PYTHON, kTools};
+  argv.insert(argv.end(), args.begin(), args.end());
+  auto r = runProcess(argv);
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+}
+
+// transformers' logits for `ids`, from the model directory `dir`.
+torch::Tensor theirLogits(const TempDir& tmp, const std::string& dir, const torch::Tensor& ids) {
+  ltrain::io::saveSafetensors(tmp / "ids.safetensors", {{"ids", ids}});
+  python({"logits", dir, tmp / "ids.safetensors", tmp / "logits.safetensors"});
+  return ltrain::io::loadSafetensors(tmp / "logits.safetensors").at("logits");
+}
+
+double maxDiff(const torch::Tensor& a, const torch::Tensor& b) {
+  REQUIRE(a.sizes() == b.sizes());
+  return (a - b).abs().max().item<double>();
+}
+
+ltrain::config::LoadedConfig hfConfig(const std::string& dir, const std::string& extra = "") {
+  return ltrain::config::loadConfigText(
+      "data: {dataset: tokens}\nmodel:\n  init_from: " + dir + "\n" + extra, "test.yaml", {});
+}
+}  // namespace
+
+TEST_CASE("ltrain loads transformers' Llama and GPT-2 checkpoints and gives their logits",
+          "[parity][hf]") {
+  TempDir dir;
+  struct Case {
+    std::string name, make;
+    std::vector<std::string> flags;
+  };
+  for (const auto& c : std::vector<Case>{{"llama-gqa-sharded", "make-llama", {"--shards"}},
+                                         {"llama-tied", "make-llama", {"--tied", "--seed", "3"}},
+                                         {"gpt2", "make-gpt2", {"--seed", "5"}}}) {
+    INFO(c.name);
+    const std::string hf = dir / c.name;
+    std::vector<std::string> make{c.make, hf, "--vocab", "96"};
+    make.insert(make.end(), c.flags.begin(), c.flags.end());
+    python(make);
+    auto lc = hfConfig(hf);
+    const auto& m = lc.cfg.model;
+    // The architecture came from config.json.
+    CHECK(m.name == (c.make == "make-gpt2" ? "gpt" : "llama"));
+    CHECK(m.vocab_size == 96);
+    CHECK(m.n_embd == 32);
+    CHECK(m.n_layer == 2);
+    if (m.name == "llama") {
+      CHECK(m.n_kv_head == 2);
+      CHECK(m.rope_theta == 500000.0);
+      CHECK(m.tie_weights == (c.name == "llama-tied"));
+      CHECK(lc.sources.at("model.n_kv_head") == hf + "/config.json (num_key_value_heads)");
+    } else {
+      CHECK(m.block_size == 64);
+      CHECK(m.gelu == ltrain::config::Gelu::kTanh);  // GPT-2's gelu_new
+    }
+    torch::manual_seed(1);
+    auto model =
+        ltrain::models::build(m, {std::min<int64_t>(m.block_size, 64)}, m.vocab_size, true);
+    ltrain::models::loadInitialWeights(model, m);
+    model->eval();
+    auto ids = torch::randint(96, {2, 24}, torch::kLong);
+    auto mine = model->forward(ids).detach();
+    const double diff = maxDiff(mine, theirLogits(dir, hf, ids));
+    INFO("max abs logit difference " << diff);
+    CHECK(diff <= 1e-5);
+  }
+}
+
+TEST_CASE("a config.json that disagrees with the YAML, or that ltrain cannot run, is refused",
+          "[parity][hf]") {
+  TempDir dir;
+  python({"make-llama", dir / "llama", "--vocab", "64"});
+  const std::string file = dir / "llama/config.json";
+  CHECK_THROWS_WITH(
+      hfConfig(dir / "llama", "  n_layer: 3\n"),
+      Contains("test.yaml:4: model.n_layer is 3 but '" + file + "' has num_hidden_layers 2"));
+  CHECK_THROWS_WITH(hfConfig(dir / "llama", "  name: gpt\n"),
+                    Contains("model.name is 'gpt' but '" + file + "' has model_type llama"));
+  CHECK_THROWS_WITH(
+      hfConfig(dir / "llama", "  block_size: 4096\n"),
+      Contains("model.block_size 4096 exceeds the model's max_position_embeddings 128"));
+  CHECK_NOTHROW(hfConfig(dir / "llama", "  n_layer: 2\n  block_size: 64\n"));
+  auto j = ltrain::io::readJsonFile(file);
+  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 8.0}};
+  writeText(file, j.dump());
+  CHECK_THROWS_WITH(hfConfig(dir / "llama"), Contains("rope_scaling is set, which ltrain's llama "
+                                                      "does not implement"));
+  std::filesystem::create_directory(dir / "empty");
+  CHECK_THROWS_WITH(hfConfig(dir / "empty"), Contains("is a directory without config.json"));
+  // Weights that do not fit the architecture: named by tensor.
+  python({"make-llama", dir / "small", "--vocab", "64"});
+  auto cfg = hfConfig(dir / "small").cfg;
+  cfg.model.intermediate_size = 96;
+  auto model = ltrain::models::build(cfg.model, {16}, 64, true);
+  CHECK_THROWS_WITH(ltrain::models::loadInitialWeights(model, cfg.model),
+                    Contains("tensor 'model.layers.0.mlp.gate_proj.weight' has shape [80, 32], "
+                             "the model expects [96, 32]"));
+}
+
+TEST_CASE(
+    "trained from transformers' weights, ltrain's export loads back into transformers with "
+    "ltrain's logits, and greedy generation agrees",
+    "[parity][slow][hf]") {
+  TempDir dir;
+  auto prep = runProcess(
+      {LTRAIN_PYTHON, std::string(LTRAIN_SOURCE_DIR) + "/scripts/prepare_tokens.py",
+       "/usr/share/games/fortunes/cookie", "--out", dir / "data", "--vocab-size", "320"});
+  INFO(prep.err);
+  REQUIRE(prep.exit_code == 0);
+  for (const std::string arch : {"llama", "gpt2"}) {
+    INFO(arch);
+    const std::string hf = dir / (arch + "-in");
+    python({"make-" + arch, hf, "--vocab", "320", "--seed", "11"});
+    writeText(dir / (arch + ".yaml"),
+              "seed: 3\n"
+              "data: {dataset: tokens, path: " +
+                  (dir / "data") +
+                  ", batch_size: 8, eval_batch_size: 16}\n"
+                  "model: {init_from: " +
+                  hf + (arch == "llama" ? ", block_size: 32" : "") +
+                  "}\n"
+                  "optimizer: {name: adamw, lr: 0.003, weight_decay: 0.1}\n"
+                  "train: {max_steps: 6, log_every: 2, eval_every: 0, threads: 1}\n");
+    const std::string run = dir / (arch + "-run"), out = dir / (arch + "-out");
+    auto t = ltrain::test::runLtrain({"train", dir / (arch + ".yaml"), "--output-dir", run});
+    INFO(t.err);
+    REQUIRE(t.exit_code == 0);
+    auto e = ltrain::test::runLtrain({"export", "--run", run, "--hf", out});
+    INFO(e.err);
+    REQUIRE(e.exit_code == 0);
+    CHECK(std::filesystem::exists(out + "/tokenizer.json"));
+    CHECK(std::filesystem::exists(out + "/.ltrain"));
+
+    // ltrain's logits from the run's final weights, transformers' from the export.
+    ltrain::train::InferenceRequest req;
+    req.run = run;
+    auto lm = ltrain::train::loadTrainedModel(req, /*need_codec=*/true);
+    lm.model->eval();
+    auto ids = torch::randint(320, {2, 20}, torch::kLong);
+    auto mine = lm.model->forward(ids).detach();
+    auto start = ltrain::io::loadSafetensors(hf + "/model.safetensors");
+    const double diff = maxDiff(mine, theirLogits(dir, out, ids));
+    INFO("max abs logit difference " << diff);
+    CHECK(diff <= 1e-5);
+    CHECK(maxDiff(mine, theirLogits(dir, hf, ids)) > 1e-3);  // and it trained away from the start
+
+    const std::string prompt = "The meaning of life is";
+    auto g = ltrain::test::runLtrain({"generate", "--run", run, "--prompt", prompt,
+                                      "--max-new-tokens", "24", "--temperature", "0"});
+    INFO(g.err);
+    REQUIRE(g.exit_code == 0);
+    CHECK_THAT(g.err, Contains("generated 24 tokens in"));
+    CHECK_THAT(g.err, Contains("tokens/s"));
+    std::vector<std::string> argv{
+        LTRAIN_PYTHON, kTools, "generate", out, dir / "data/tokenizer.json", prompt, "24"};
+    auto p = runProcess(argv);
+    INFO(p.err);
+    REQUIRE(p.exit_code == 0);
+    const auto theirs = ltrain::io::parseJsonOrDiscard(p.out);
+    REQUIRE(theirs.is_object());
+    CHECK(g.out == theirs["text"].get<std::string>() + "\n");
+  }
+}
+
+TEST_CASE("the Python reference Llama of the benches is transformers' Llama, logit for logit",
+          "[parity][hf]") {
+  auto r = runProcess({LTRAIN_PYTHON, kTools, "eager-vs-transformers"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  REQUIRE_THAT(r.out, Contains("max |diff| "));
+  const double diff = std::stod(r.out.substr(r.out.find("max |diff| ") + 11));
+  CHECK(diff <= 1e-5);
+}

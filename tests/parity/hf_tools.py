@@ -1,0 +1,156 @@
+"""The Hugging Face side of ltrain's language-model tests: builds small random transformers models
+locally (no downloads), runs them, and trains and applies tokenizers with the `tokenizers` package.
+
+  hf_tools.py make-llama DIR --vocab V [--tied] [--shards] [--seed S]
+  hf_tools.py make-gpt2 DIR --vocab V [--seed S]
+  hf_tools.py logits DIR IDS.safetensors OUT.safetensors     (transformers' logits for ids)
+  hf_tools.py generate DIR TOKENIZER PROMPT N                 (greedy; prints prompt + text)
+  hf_tools.py make-tokenizer OUT {gpt2,llama3} VOCAB FILE...  (a byte-level BPE tokenizer.json)
+  hf_tools.py encode TOKENIZER TEXTFILE                       (one line of ids per text line)
+  hf_tools.py eager-vs-transformers                           (bench's EagerLlama against
+                                                               transformers; prints max |diff|)
+"""
+import json
+import os
+import sys
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+
+import torch
+from safetensors.torch import load_file, save_file
+
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                  r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def flag(args, name):
+    return name in args
+
+
+def value(args, name, default):
+    return type(default)(args[args.index(name) + 1]) if name in args else default
+
+
+def make_llama(d, args):
+    from transformers import LlamaConfig, LlamaForCausalLM
+    torch.manual_seed(value(args, "--seed", 0))
+    cfg = LlamaConfig(vocab_size=value(args, "--vocab", 64), hidden_size=32, intermediate_size=80,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                      max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=500000.0,
+                      tie_word_embeddings=flag(args, "--tied"), bos_token_id=None, eos_token_id=None)
+    model = LlamaForCausalLM(cfg)
+    with torch.no_grad():  # norms away from their ones, so that a missed weight shows
+        for n, p in model.named_parameters():
+            if n.endswith("norm.weight"):
+                p.add_(0.1 * torch.randn_like(p))
+    # A tiny max_shard_size splits the weights into several files and an index.
+    model.save_pretrained(d, max_shard_size="20KB" if flag(args, "--shards") else "10GB")
+
+
+def make_gpt2(d, args):
+    from transformers import GPT2Config, GPT2LMHeadModel
+    torch.manual_seed(value(args, "--seed", 0))
+    cfg = GPT2Config(vocab_size=value(args, "--vocab", 64), n_embd=32, n_layer=2, n_head=4, n_positions=64,
+                     bos_token_id=None, eos_token_id=None)
+    model = GPT2LMHeadModel(cfg)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if "ln" in n:
+                p.add_(0.1 * torch.randn_like(p))
+    model.save_pretrained(d)
+
+
+def load(d):
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+    model.eval()
+    return model
+
+
+def logits(d, ids_file, out):
+    ids = load_file(ids_file)["ids"]
+    with torch.no_grad():
+        save_file({"logits": load(d)(input_ids=ids).logits.contiguous()}, out)
+
+
+def generate(d, tokenizer, prompt, n):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(tokenizer)
+    ids = torch.tensor([tok.encode(prompt).ids])
+    with torch.no_grad():
+        out = load(d).generate(ids, max_new_tokens=int(n), do_sample=False, eos_token_id=None, pad_token_id=0)
+    new = out[0, ids.shape[1]:].tolist()
+    print(json.dumps({"text": prompt + tok.decode(new, skip_special_tokens=False), "ids": new}))
+
+
+def make_tokenizer(out, kind, vocab, files):
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    tok = Tokenizer(models.BPE())
+    specials = ["<|endoftext|>"] if kind == "gpt2" else ["<|begin_of_text|>", "<|end_of_text|>"]
+    if kind == "gpt2":
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    else:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Split(Regex(LLAMA3_PATTERN), behavior="isolated"),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=int(vocab), special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train(files, trainer)
+    if kind == "llama3":
+        bos = tok.token_to_id("<|begin_of_text|>")
+        tok.post_processor = processors.TemplateProcessing(single="<|begin_of_text|> $A",
+                                                           special_tokens=[("<|begin_of_text|>", bos)])
+    tok.save(out)
+
+
+def encode(tokenizer, textfile):
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(tokenizer)
+    with open(textfile, encoding="utf-8") as f:
+        for line in f.read().split("\n"):
+            print(" ".join(map(str, tok.encode(line.replace("\\n", "\n")).ids)))
+
+
+def eager_vs_transformers():
+    # bench/reference's pure-PyTorch Llama (the Python side of the ddp parity test and the speed
+    # bench) must be transformers' model, not a look-alike: same weights, same logits.
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench", "reference"))
+    from llama_ref import EagerLlama, transformers_llama
+    worst = 0.0
+    for tied in (False, True):
+        m = dict(n_embd=48, n_head=4, n_kv_head=2, n_layer=2, intermediate_size=96,
+                 block_size=32, norm_eps=1e-5, rope_theta=10000.0, tie_weights=tied, dropout=0.0)
+        torch.manual_seed(0)
+        eager = EagerLlama(m, 100).eval()
+        theirs = transformers_llama(m, 100).eval()
+        theirs.load_weights(eager.weights())
+        ids = torch.randint(100, (2, 32))
+        with torch.no_grad():
+            worst = max(worst, (eager(ids) - theirs(ids)).abs().max().item())
+    print(f"max |diff| {worst:.3g}")
+
+
+def main():
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "make-llama":
+        make_llama(args[0], args[1:])
+    elif cmd == "make-gpt2":
+        make_gpt2(args[0], args[1:])
+    elif cmd == "logits":
+        logits(*args)
+    elif cmd == "generate":
+        generate(*args)
+    elif cmd == "make-tokenizer":
+        make_tokenizer(args[0], args[1], args[2], args[3:])
+    elif cmd == "encode":
+        encode(*args)
+    elif cmd == "eager-vs-transformers":
+        eager_vs_transformers()
+    else:
+        sys.exit(f"hf_tools.py: unknown command {cmd}")
+
+
+if __name__ == "__main__":
+    main()
