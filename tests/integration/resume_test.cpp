@@ -11,6 +11,7 @@
 #include "ltrain/train/optimizer.h"
 #include "support/process.h"
 #include "support/run_files.h"
+#include "test_paths.h"
 
 using ltrain::test::readText;
 using ltrain::test::runLtrain;
@@ -149,4 +150,41 @@ TEST_CASE("resuming with another model is refused, however many checkpoints ther
   CHECK_THAT(r.err, Catch::Matchers::Contains("step-00000004.pt' is from another model"));
   CHECK_THAT(r.err, Catch::Matchers::Contains("has shape [32, 36] there, this config's model "
                                               "expects [8, 36]"));
+}
+
+TEST_CASE("a gpt checkpoint with one optimizer group resumes only with optimizer.decay=all") {
+  TempDir dir;
+  std::string text;
+  for (int i = 0; i < 40; ++i) text += "hello world, the quick brown fox. ";
+  ltrain::test::writeText(dir / "t.txt", text);
+  auto gpt = [&](const std::string& out, const std::string& decay, const std::string& steps) {
+    return std::vector<std::string>{"train",
+                                    std::string(LTRAIN_SOURCE_DIR) + "/configs/gpt_char.yaml",
+                                    "data.path=" + (dir / "t.txt"),
+                                    "model.n_layer=1",
+                                    "model.n_embd=16",
+                                    "model.n_head=2",
+                                    "model.block_size=8",
+                                    "train.max_steps=" + steps,
+                                    "train.checkpoint_every=2",
+                                    "train.threads=1",
+                                    "optimizer.decay=" + decay,
+                                    "--output-dir",
+                                    out};
+  };
+  // One group: what every gpt checkpoint written before optimizer.decay existed holds.
+  REQUIRE(runLtrain(gpt(dir / "old", "all", "2")).exit_code == 0);
+  const std::string ckpt = dir / "old/checkpoints/step-00000002.pt";
+  auto a = gpt(dir / "new", "matrices", "4");
+  a.push_back("train.resume=" + ckpt);
+  auto r = runLtrain(a);
+  CHECK(r.exit_code == 2);
+  CHECK_THAT(r.err, Catch::Matchers::Contains("checkpoint '" + ckpt +
+                                              "' holds an optimizer with other parameter groups "
+                                              "than this run's (2 here)"));
+  auto b = gpt(dir / "again", "all", "4");
+  b.push_back("train.resume=" + ckpt);
+  auto ok = runLtrain(b);
+  INFO(ok.err);
+  CHECK(ok.exit_code == 0);
 }

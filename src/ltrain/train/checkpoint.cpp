@@ -242,6 +242,14 @@ LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
   } catch (const c10::Error& e) {
     std::string why = e.what_without_backtrace();
     why = why.substr(0, why.find('\n'));
+    // optimizer.decay matrices (the default for gpt and llama since it came) makes two groups;
+    // checkpoints written before it, or with decay all, have one.
+    if (why.find("different number of parameter groups") != std::string::npos)
+      throw UsageError(fmt::format(
+          "checkpoint '{}' holds an optimizer with other parameter groups than this run's "
+          "({} here): optimizer.decay must be what it was (a gpt checkpoint from before "
+          "optimizer.decay existed resumes with optimizer.decay=all)",
+          path, opt.param_groups().size()));
     throw UsageError(
         fmt::format("checkpoint '{}' cannot be loaded (corrupt, or from another model or "
                     "optimizer): {}",
