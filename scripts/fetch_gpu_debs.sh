@@ -7,5 +7,6 @@ mkdir -p "$root/.debs"
 grep -qx '/.debs/' "$root/.git/info/exclude" 2>/dev/null || echo '/.debs/' >>"$root/.git/info/exclude"
 cd "$root/.debs"
 apt-get download libcli11-dev libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 \
-  catch2 libgloo-dev zlib1g-dev nlohmann-json3-dev libpcre2-dev libpcre2-8-0 >/dev/null
+  catch2 libgloo-dev zlib1g-dev nlohmann-json3-dev libpcre2-dev libpcre2-8-0 \
+  libturbojpeg0-dev libturbojpeg0 libpng-dev libpng16-16 >/dev/null
 ls -1 "$root/.debs"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, ASan + UBSan) into build-fuzz/ and runs each on a copy of
 # its seed corpus (tests/fuzz/corpus/<target>) for an equal share of SECONDS.
-#   scripts/fuzz.sh 60            # all six targets, 10 s each
+#   scripts/fuzz.sh 70            # all seven targets, 10 s each
 #   scripts/fuzz.sh 600 config    # one target
 # A crash leaves its input in build-fuzz/crashes/<target>/ and the script exits 1.
 set -euo pipefail
@@ -9,7 +9,7 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 seconds=${1:?usage: scripts/fuzz.sh SECONDS [TARGET...]}
 shift
 targets=("$@")
-[ ${#targets[@]} -eq 0 ] && targets=(config idx checkpoint safetensors text tokens)
+[ ${#targets[@]} -eq 0 ] && targets=(config idx checkpoint safetensors text tokens images)
 LTRAIN_HOME=${LTRAIN_HOME:-$HOME/.cache/ltrain}
 PY=$LTRAIN_HOME/venv/bin/python
 build=${LTRAIN_FUZZ_BUILD_DIR:-$root/build-fuzz}

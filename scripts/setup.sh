@@ -13,6 +13,7 @@ APT_PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config zlib1g-dev
   libcli11-dev libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 libgloo-dev nlohmann-json3-dev
   libpcre2-dev  # the Unicode regex of byte-level BPE tokenizers (ltrain generate's prompts)
+  libturbojpeg0-dev libpng-dev  # JPEG and PNG image files (data/image_decode.cpp)
   dataset-fashion-mnist fortunes  # quickstart data; the text corpus of configs/gpt_char.yaml
   clang libclang-rt-14-dev iproute2  # fuzzing (libFuzzer), multi-node tests (ip netns)
   slurmctld slurmd slurm-client munge  # the test that runs a real single-node Slurm

@@ -1,0 +1,150 @@
+"""The Pillow side of ltrain's image tests: writes test images with Pillow and what Pillow decodes
+from them (no downloads).
+
+  image_tools.py make-decode-set DIR   (PNG in every colour type and depth, JPEG gray/RGB/4:2:0/
+                                        progressive, plus Pillow's pixels: DIR/pillow.safetensors)
+  image_tools.py fashion-folder DIR N_TRAIN N_VAL
+                                       (the first N of Fashion-MNIST's train and test sets as PNG
+                                        class folders DIR/train/<class>, DIR/val/<class>, a
+                                        manifest DIR/train.csv, DIR/val.csv, and the same
+                                        subsets as IDX files in DIR/idx)
+  image_tools.py eval-transform DIR RESIZE SIZE
+                                       (Pillow's Resize(RESIZE, bilinear) + CenterCrop(SIZE) of
+                                        each image in DIR: DIR/eval.safetensors)
+"""
+import gzip
+import os
+import sys
+
+import numpy as np
+import torch
+from PIL import Image
+from safetensors.torch import save_file
+
+
+def pattern(h, w, c, seed):
+    """Smooth gradients plus noise: JPEG has edges and flat parts to code."""
+    rng = np.random.default_rng(seed)
+    y, x = np.mgrid[0:h, 0:w]
+    base = np.stack([(x * 255 // max(1, w - 1)), (y * 255 // max(1, h - 1)), ((x + y) * 7) % 256], -1)
+    noise = rng.integers(0, 40, (h, w, 3))
+    return np.clip(base + noise, 0, 255).astype(np.uint8)[..., :c]
+
+
+def make_decode_set(d):
+    os.makedirs(d, exist_ok=True)
+    rgb = pattern(37, 53, 3, 0)
+    images = {
+        "rgb.png": Image.fromarray(rgb),
+        "rgba.png": Image.fromarray(np.dstack([rgb, pattern(37, 53, 1, 1)])),
+        "gray.png": Image.fromarray(rgb[..., 0]),
+        "gray_alpha.png": Image.fromarray(np.dstack([rgb[..., 0], rgb[..., 1]]), mode="LA"),
+        "palette.png": Image.fromarray(rgb).quantize(64),
+        "bilevel.png": Image.fromarray(rgb[..., 0] > 128),
+        "rgb.jpg": Image.fromarray(rgb),
+        "gray.jpg": Image.fromarray(rgb[..., 0]),
+    }
+    trns = Image.fromarray(rgb).quantize(16)
+    trns.info["transparency"] = 0
+    images["palette_trns.png"] = trns
+    out = {}
+    for name, im in images.items():
+        path = os.path.join(d, name)
+        if name.endswith(".jpg"):
+            im.save(path, quality=90)
+        else:
+            im.save(path)
+    # 16-bit PNGs written by Pillow's own I;16 mode and by numpy through a raw PNG encoder.
+    g16 = (pattern(37, 53, 1, 2)[..., 0].astype(np.uint16) * 257 + 3)
+    Image.fromarray(g16).save(os.path.join(d, "gray16.png"))
+    progressive = os.path.join(d, "progressive.jpg")
+    Image.fromarray(rgb).save(progressive, quality=85, progressive=True, subsampling=2)
+    names = sorted(os.listdir(d))
+    for name in names:
+        if not (name.endswith(".png") or name.endswith(".jpg")):
+            continue
+        with Image.open(os.path.join(d, name)) as im:
+            if im.mode in ("I;16", "I;16B", "I"):
+                # Pillow clips 16-bit gray to 255 on convert("L"); ltrain keeps the high byte.
+                a = (np.asarray(im).astype(np.uint32) >> 8).astype(np.uint8)
+                out[name + ":RGB"] = torch.from_numpy(np.repeat(a[..., None], 3, -1).copy())
+                out[name + ":L"] = torch.from_numpy(a.copy())
+                continue
+            out[name + ":RGB"] = torch.from_numpy(np.asarray(im.convert("RGB")).copy())
+            out[name + ":L"] = torch.from_numpy(np.asarray(im.convert("RGB").convert("L")).copy())
+    save_file(out, os.path.join(d, "pillow.safetensors"))
+
+
+FASHION = "/usr/share/datasets/fashion-mnist"
+CLASSES = ["T-shirt", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+           "Ankle boot"]
+
+
+def read_idx(name):
+    with gzip.open(os.path.join(FASHION, name)) as f:
+        data = f.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def write_idx(path, a):
+    with open(path, "wb") as f:
+        f.write(bytes([0, 0, 8, a.ndim]) + b"".join(d.to_bytes(4, "big") for d in a.shape))
+        f.write(a.tobytes())
+
+
+def fashion_folder(d, n_train, n_val):
+    os.makedirs(os.path.join(d, "idx"), exist_ok=True)
+    for split, stem, n in (("train", "train", int(n_train)), ("val", "t10k", int(n_val))):
+        images = read_idx(f"{stem}-images-idx3-ubyte.gz")[:n]
+        labels = read_idx(f"{stem}-labels-idx1-ubyte.gz")[:n]
+        rows = ["path,label"]
+        for i, (im, y) in enumerate(zip(images, labels)):
+            rel = os.path.join(split, CLASSES[y], f"{i:05d}.png")
+            os.makedirs(os.path.join(d, os.path.dirname(rel)), exist_ok=True)
+            Image.fromarray(im).save(os.path.join(d, rel))
+            rows.append(f"{rel},{CLASSES.index(CLASSES[y])}")
+        with open(os.path.join(d, f"{split}.csv"), "w") as f:
+            f.write("\n".join(rows) + "\n")
+        write_idx(os.path.join(d, "idx", f"{stem}-images-idx3-ubyte"), images)
+        write_idx(os.path.join(d, "idx", f"{stem}-labels-idx1-ubyte"), labels)
+
+
+def eval_transform(d, resize, size):
+    resize, size = int(resize), int(size)
+    out = {}
+    for name in sorted(os.listdir(d)):
+        if not (name.endswith(".png") or name.endswith(".jpg")):
+            continue
+        with Image.open(os.path.join(d, name)) as im:
+            if im.mode.startswith("I"):
+                continue  # Pillow clips 16-bit gray to 255 here; ltrain keeps the high byte
+            im = im.convert("RGB")
+            w, h = im.size
+            # torchvision's Resize(int) and CenterCrop on a PIL image.
+            if w <= h:
+                nw, nh = resize, int(resize * h / w)
+            else:
+                nw, nh = int(resize * w / h), resize
+            im = im.resize((nw, nh), Image.BILINEAR)
+            top, left = int(round((nh - size) / 2.0)), int(round((nw - size) / 2.0))
+            im = im.crop((left, top, left + size, top + size))
+            out[name] = torch.from_numpy(np.asarray(im).copy())
+    save_file(out, os.path.join(d, "eval.safetensors"))
+
+
+def main():
+    cmd, args = sys.argv[1], sys.argv[2:]
+    if cmd == "make-decode-set":
+        make_decode_set(*args)
+    elif cmd == "fashion-folder":
+        fashion_folder(*args)
+    elif cmd == "eval-transform":
+        eval_transform(*args)
+    else:
+        sys.exit(f"image_tools.py: unknown command {cmd}")
+
+
+if __name__ == "__main__":
+    main()
