@@ -18,6 +18,11 @@ struct DataConfig {
   double val_fraction;                 // text: the end of the file held out for validation
   std::string train_files, val_files;  // tokens: globs of shards under path
   TokenFormat token_format;
+  std::string train_dir, val_dir;    // image_folder: class folders under path
+  std::string train_list, val_list;  // image_list: manifests under path
+  int64_t channels;                  // image_folder, image_list
+  int64_t image_size, resize_size;
+  std::vector<double> mean, std;
   int64_t augment_pad;
   int64_t batch_size;
   int64_t eval_batch_size;

@@ -17,7 +17,7 @@ enum class Backend { kAuto, kNccl, kGloo };
 enum class Compression { kNone, kBf16, kFp16 };
 enum class NonFinite { kStop, kSkip };
 enum class OnSignal { kCheckpoint, kStop };
-enum class Augment { kNone, kCropFlip };
+enum class Augment { kNone, kCropFlip, kResizedCropFlip };
 enum class Tokenizer { kChar, kByte };
 enum class OptimizerName { kSgd, kAdam, kAdamw };
 enum class SchedulerName { kConstant, kStep, kCosine, kLinear, kWsd };
@@ -46,7 +46,8 @@ LT_ENUM_NAMES(Compression, {Compression::kNone, "none"}, {Compression::kBf16, "b
               {Compression::kFp16, "fp16"});
 LT_ENUM_NAMES(NonFinite, {NonFinite::kStop, "stop"}, {NonFinite::kSkip, "skip"});
 LT_ENUM_NAMES(OnSignal, {OnSignal::kCheckpoint, "checkpoint"}, {OnSignal::kStop, "stop"});
-LT_ENUM_NAMES(Augment, {Augment::kNone, "none"}, {Augment::kCropFlip, "crop_flip"});
+LT_ENUM_NAMES(Augment, {Augment::kNone, "none"}, {Augment::kCropFlip, "crop_flip"},
+              {Augment::kResizedCropFlip, "resized_crop_flip"});
 LT_ENUM_NAMES(Tokenizer, {Tokenizer::kChar, "char"}, {Tokenizer::kByte, "byte"});
 LT_ENUM_NAMES(OptimizerName, {OptimizerName::kSgd, "sgd"}, {OptimizerName::kAdam, "adam"},
               {OptimizerName::kAdamw, "adamw"});

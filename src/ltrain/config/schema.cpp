@@ -270,11 +270,12 @@ std::vector<Option> buildSchema() {
       LT_OPT(data.dataset,
              "Dataset: IDX images (fashion_mnist, mnist), CIFAR binary files (cifar10, cifar100), "
              "a table (csv: train.csv and test.csv), a text file for language modelling (text), "
-             "pre-tokenised shards (tokens: nanoGPT's .bin or llm.c's, memory-mapped), or "
-             "synthetic",
+             "pre-tokenised shards (tokens: nanoGPT's .bin or llm.c's, memory-mapped), image "
+             "files (image_folder: class folders of JPEG/PNG as torchvision's ImageFolder; "
+             "image_list: CSV manifests of path,label), or synthetic",
              S("fashion_mnist"))
           .oneOf({"fashion_mnist", "mnist", "cifar10", "cifar100", "csv", "text", "tokens",
-                  "synthetic"}),
+                  "image_folder", "image_list", "synthetic"}),
       LT_OPT(data.label_column, "csv: the column that holds the class", S("label")),
       LT_OPT(data.tokenizer,
              "text: tokens are the file's characters (UTF-8; the vocabulary is the characters it "
@@ -290,15 +291,44 @@ std::vector<Option> buildSchema() {
              "for uint32), nanogpt (raw uint16), or auto (llm_c when the file starts with its "
              "header)",
              TokenFormat::kAuto),
+      LT_OPT(data.train_dir, "image_folder: the training class folders, under data.path",
+             S("train")),
+      LT_OPT(data.val_dir, "image_folder: the validation class folders, under data.path",
+             S("val")),
+      LT_OPT(data.train_list,
+             "image_list: the training manifest under data.path, a CSV of path,label with a "
+             "header row (paths relative to it)",
+             S("train.csv")),
+      LT_OPT(data.val_list, "image_list: the validation manifest under data.path", S("val.csv")),
+      LT_OPT(data.channels,
+             "image_folder, image_list: channels the images are converted to (3: RGB, 1: gray), "
+             "as Pillow's convert",
+             int64_t{3})
+          .atLeast(1)
+          .atMost(3),
+      LT_OPT(data.image_size, "image_folder, image_list: the square side the model sees",
+             int64_t{224})
+          .atLeast(1),
+      LT_OPT(data.resize_size,
+             "image_folder, image_list: evaluation resizes the shorter side to this, then crops "
+             "the centre; 0: image_size x 256 / 224 (torchvision's ImageNet recipe)",
+             int64_t{0})
+          .atLeast(0),
+      LT_OPT(data.mean, "image_folder, image_list: per-channel mean after scaling to [0, 1]",
+             FloatList{0.485, 0.456, 0.406}),
+      LT_OPT(data.std, "image_folder, image_list: per-channel std after scaling to [0, 1]",
+             FloatList{0.229, 0.224, 0.225})
+          .positive(),
       LT_OPT(data.val_fraction, "text: share of the file, from its end, held out for validation",
              0.1)
           .positive()
           .atMost(0.5),
       LT_OPT(
           data.augment,
-          "Training-image augmentation: none, or crop_flip (a random crop of the image padded by "
+          "Training-image augmentation: none, crop_flip (a random crop of the image padded by "
           "data.augment_pad pixels, and a horizontal flip half the time), seeded per rank and "
-          "epoch",
+          "epoch; or, for image_folder and image_list, resized_crop_flip (torchvision's "
+          "RandomResizedCrop to data.image_size and a flip, seeded per example and epoch)",
           Augment::kNone),
       LT_OPT(data.augment_pad, "crop_flip: zero padding a side before the crop", int64_t{4})
           .atLeast(0),

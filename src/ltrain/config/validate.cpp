@@ -45,6 +45,33 @@ void modelAgainstData(const LoadedConfig& lc) {
            fmt::format("model {}: expected inputs [C, H, W] (images), got feature vectors [F] "
                        "from data.dataset {}",
                        c.model.name, c.data.dataset));
+  const bool image_files = c.data.dataset == "image_folder" || c.data.dataset == "image_list";
+  if (c.data.augment == Augment::kResizedCropFlip && !image_files)
+    refuse(lc, "data.augment",
+           fmt::format("data.augment resized_crop_flip is for image files (image_folder, "
+                       "image_list); data.dataset {} takes none or crop_flip",
+                       c.data.dataset));
+  if (c.data.augment == Augment::kCropFlip && image_files)
+    refuse(lc, "data.augment",
+           fmt::format("data.augment crop_flip is for IDX and CIFAR arrays; data.dataset {} "
+                       "takes none or resized_crop_flip",
+                       c.data.dataset));
+  if (image_files) {
+    if (c.data.channels == 2)
+      refuse(lc, "data.channels", "data.channels is 2, expected 1 (gray) or 3 (RGB)");
+    for (const char* key : {"data.mean", "data.std"}) {
+      const auto& v = std::string(key) == "data.mean" ? c.data.mean : c.data.std;
+      if (static_cast<int64_t>(v.size()) != c.data.channels)
+        refuse(lc, key,
+               fmt::format("{} has {} values, expected one per channel (data.channels {})", key,
+                           v.size(), c.data.channels));
+    }
+    if (c.data.path.empty())
+      refuse(lc, "data.path",
+             fmt::format("data.path must name the directory of the {} for data.dataset {}",
+                         c.data.dataset == "image_folder" ? "class folders" : "manifests",
+                         c.data.dataset));
+  }
   if (c.data.augment != Augment::kNone && kind != DataKind::kImages)
     refuse(lc, "data.augment",
            fmt::format("data.augment {} crops and flips images; data.dataset {} has none",

@@ -10,6 +10,7 @@
 #include "ltrain/data/csv_table.h"
 #include "ltrain/data/idx.h"
 #include "ltrain/data/text.h"
+#include "ltrain/data/image_files.h"
 #include "ltrain/data/token_shards.h"
 
 namespace ltrain::data {
@@ -78,6 +79,7 @@ Splits loadDataset(const config::DataConfig& cfg, uint64_t seed, int64_t block_s
   if (cfg.dataset == "text")
     return loadText(cfg.path, cfg.tokenizer, cfg.val_fraction, block_size, vocab_size);
   if (cfg.dataset == "tokens") return loadTokens(cfg, block_size, vocab_size);
+  if (cfg.dataset == "image_folder" || cfg.dataset == "image_list") return loadImages(cfg, seed);
   if (cfg.dataset == "synthetic") {
     // Train and test share the prototypes (same seed) but draw different examples.
     Dataset all = synthetic(cfg, cfg.synthetic_train_samples + cfg.synthetic_test_samples, seed);

@@ -24,6 +24,9 @@ class ExampleSource {
   // Language-model blocks: cuts the corpus anew, the blocks starting `offset` tokens later (not
   // called while a loader runs).
   virtual void shift(int64_t offset) = 0;
+  // Training images: the epoch whose augmentation draws the next batches use (not called while a
+  // loader runs).
+  virtual void setEpoch(int64_t /*epoch*/) {}
 };
 
 struct Dataset {
@@ -46,6 +49,7 @@ struct Dataset {
   // Targets in the split: examples, or tokens for a language model.
   int64_t targetCount() const {
     if (!source) return targets.numel();
+    if (!tokens) return size();  // one class an example (image files)
     int64_t n = size();
     for (auto d : exampleShape()) n *= d;
     return n;
@@ -58,6 +62,8 @@ struct Splits {
   // generate`: a text run's vocabulary.json, or the tokenizer.json beside token shards.
   std::string vocabulary_json;
   std::string tokenizer_file;
+  // image_folder: the class folders' names, label order.
+  std::vector<std::string> class_names;
 };
 
 // The directory data.path resolves to ("" -> the dataset's standard location).

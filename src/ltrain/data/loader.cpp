@@ -88,7 +88,15 @@ void Loader::work(size_t w) {
       me.cv.wait(lk, [&] { return stop_ || static_cast<int64_t>(me.ready.size()) < prefetch_; });
       if (stop_) return;
     }
-    Batch batch = build(b);
+    Batch batch;
+    try {
+      batch = build(b);
+    } catch (...) {  // handed to the training thread, which reports it in the batch's turn
+      std::lock_guard<std::mutex> lk(me.mu);
+      me.error = std::current_exception();
+      me.cv.notify_all();
+      return;
+    }
     {
       std::lock_guard<std::mutex> lk(me.mu);
       me.ready.push_back(std::move(batch));
@@ -106,7 +114,8 @@ bool Loader::next(Batch& out) {
   Worker& w = *workers_[next_batch_ % static_cast<int64_t>(workers_.size())];
   {
     std::unique_lock<std::mutex> lk(w.mu);
-    w.cv.wait(lk, [&] { return !w.ready.empty(); });
+    w.cv.wait(lk, [&] { return !w.ready.empty() || w.error; });
+    if (w.ready.empty()) std::rethrow_exception(w.error);
     out = std::move(w.ready.front());
     w.ready.pop_front();
   }

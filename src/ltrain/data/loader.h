@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <exception>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -47,6 +48,7 @@ class Loader {
     std::mutex mu;
     std::condition_variable cv;
     std::deque<Batch> ready;
+    std::exception_ptr error;  // the batch after `ready` failed (an image that does not decode)
     std::thread thread;
   };
   void work(size_t w);

@@ -249,6 +249,7 @@ void Trainer::adoptWorldSize() {
   state_.world_size = w;
   if (written_by == w) return;
   sampler_->setEpoch(state_.epoch);
+  if (splits_.train.source) splits_.train.source->setEpoch(state_.epoch);  // augmentation draws
   const auto rest = static_cast<int64_t>(sampler_->indices(state_.epoch_examples).size());
   const int64_t left_batches = data::batchesPerEpoch(rest, b, cfg_.data.drop_last);
   const int64_t left_steps = (left_batches + cfg_.train.grad_accum - 1) / cfg_.train.grad_accum;
@@ -325,6 +326,7 @@ Summary Trainer::run() {
 // stop vote.
 void Trainer::runEpoch() {
   sampler_->setEpoch(state_.epoch);
+  if (splits_.train.source) splits_.train.source->setEpoch(state_.epoch);  // augmentation draws
   if (splits_.train.tokens)  // this epoch's cut of the text into blocks
     data::shiftBlocks(splits_.train, data::blockOffset(static_cast<uint64_t>(cfg_.seed),
                                                        state_.epoch, cfg_.model.block_size));

@@ -1,0 +1,179 @@
+#include "ltrain/data/image_files.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <cctype>
+#include <filesystem>
+#include <fstream>
+
+#include "ltrain/common/errors.h"
+#include "ltrain/data/image_decode.h"
+#include "ltrain/data/image_transforms.h"
+
+namespace ltrain::data {
+namespace fs = std::filesystem;
+namespace {
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
+  return s;
+}
+
+bool decodable(const fs::path& p) {
+  const std::string e = lower(p.extension().string());
+  return e == ".jpg" || e == ".jpeg" || e == ".png";
+}
+
+// Extensions torchvision's ImageFolder takes that ltrain does not decode: refused, not skipped,
+// so that a class never silently loses its images.
+bool otherImage(const fs::path& p) {
+  const std::string e = lower(p.extension().string());
+  return e == ".bmp" || e == ".ppm" || e == ".pgm" || e == ".tif" || e == ".tiff" || e == ".webp";
+}
+
+}  // namespace
+
+ImageFiles::ImageFiles(std::vector<std::string> paths, std::vector<int64_t> labels,
+                       ImageTransform t)
+    : paths_(std::move(paths)), labels_(std::move(labels)), t_(std::move(t)) {}
+
+void ImageFiles::gather(const int64_t* indices, int64_t count, torch::Tensor& inputs,
+                        torch::Tensor& targets) const {
+  inputs = torch::empty({count, t_.channels, t_.size, t_.size}, torch::kFloat);
+  targets = torch::empty({count}, torch::kLong);
+  auto mean = torch::from_blob(const_cast<float*>(t_.mean.data()), {t_.channels, 1, 1});
+  auto std = torch::from_blob(const_cast<float*>(t_.std.data()), {t_.channels, 1, 1});
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t i = indices[r];
+    const Image im = decodeImageFile(paths_[static_cast<size_t>(i)], static_cast<int>(t_.channels));
+    torch::Tensor x;
+    if (t_.train) {
+      ExampleRng rng(t_.seed, epoch_, i);
+      x = trainTransform(im, t_.size, rng);
+    } else {
+      x = evalTransform(im, t_.resize, t_.size);
+    }
+    inputs[r].copy_(x.div_(255.f).sub_(mean).div_(std));
+    targets[r] = labels_[static_cast<size_t>(i)];
+  }
+}
+
+void listImageFolder(const std::string& dir, std::vector<std::string>& paths,
+                     std::vector<int64_t>& labels, std::vector<std::string>& classes) {
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec))
+    throw UsageError(fmt::format(
+        "image folder '{}' is not a directory (expected one sub-folder of images per class)", dir));
+  classes.clear();
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_directory()) classes.push_back(e.path().filename().string());
+  std::sort(classes.begin(), classes.end());
+  if (classes.empty())
+    throw UsageError(fmt::format(
+        "image folder '{}' has no class folders (expected {}/<class>/*.jpg or *.png)", dir, dir));
+  for (size_t c = 0; c < classes.size(); ++c) {
+    const fs::path cdir = fs::path(dir) / classes[c];
+    std::vector<std::string> files;
+    for (const auto& e : fs::recursive_directory_iterator(
+             cdir, fs::directory_options::follow_directory_symlink, ec)) {
+      if (!e.is_regular_file()) continue;
+      if (otherImage(e.path()))
+        throw UsageError(
+            fmt::format("image '{}': ltrain reads JPEG and PNG files only", e.path().string()));
+      if (decodable(e.path())) files.push_back(e.path().string());
+    }
+    if (files.empty())
+      throw UsageError(fmt::format(
+          "class folder '{}' holds no .jpg, .jpeg or .png files (every class needs images)",
+          cdir.string()));
+    std::sort(files.begin(), files.end());
+    for (auto& f : files) {
+      paths.push_back(std::move(f));
+      labels.push_back(static_cast<int64_t>(c));
+    }
+  }
+}
+
+void listImageManifest(const std::string& manifest, std::vector<std::string>& paths,
+                       std::vector<int64_t>& labels) {
+  std::ifstream in(manifest);
+  if (!in)
+    throw UsageError(
+        fmt::format("image list '{}' cannot be read (expected a CSV of path,label)", manifest));
+  const fs::path base = fs::path(manifest).parent_path();
+  std::string line;
+  int64_t n = 0;
+  while (std::getline(in, line)) {
+    ++n;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (n == 1 || line.empty()) continue;  // the header row
+    const auto comma = line.rfind(',');
+    if (comma == std::string::npos)
+      throw UsageError(
+          fmt::format("image list '{}' line {}: expected path,label, got '{}'", manifest, n, line));
+    const std::string path = line.substr(0, comma), label = line.substr(comma + 1);
+    int64_t value = -1;
+    size_t used = 0;
+    try {
+      value = std::stoll(label, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != label.size() || value < 0)
+      throw UsageError(fmt::format("image list '{}' line {}: label '{}' is not an integer from 0",
+                                   manifest, n, label));
+    const fs::path p = fs::path(path).is_absolute() ? fs::path(path) : base / path;
+    std::error_code ec;
+    if (!fs::is_regular_file(p, ec))
+      throw UsageError(
+          fmt::format("image list '{}' line {}: no file '{}'", manifest, n, p.string()));
+    paths.push_back(p.string());
+    labels.push_back(value);
+  }
+  if (paths.empty()) throw UsageError(fmt::format("image list '{}' lists no images", manifest));
+}
+
+Splits loadImages(const config::DataConfig& cfg, uint64_t seed) {
+  const fs::path dir = cfg.path;
+  std::vector<std::string> train_paths, val_paths, train_classes, val_classes;
+  std::vector<int64_t> train_labels, val_labels;
+  int64_t classes = 0;
+  if (cfg.dataset == "image_folder") {
+    listImageFolder((dir / cfg.train_dir).string(), train_paths, train_labels, train_classes);
+    listImageFolder((dir / cfg.val_dir).string(), val_paths, val_labels, val_classes);
+    if (val_classes != train_classes)
+      throw UsageError(fmt::format(
+          "image folders '{}' and '{}' have different classes ({} and {}): the labels would "
+          "disagree",
+          (dir / cfg.train_dir).string(), (dir / cfg.val_dir).string(), train_classes.size(),
+          val_classes.size()));
+    classes = static_cast<int64_t>(train_classes.size());
+  } else {
+    listImageManifest((dir / cfg.train_list).string(), train_paths, train_labels);
+    listImageManifest((dir / cfg.val_list).string(), val_paths, val_labels);
+    for (auto l : train_labels) classes = std::max(classes, l + 1);
+    for (auto l : val_labels) classes = std::max(classes, l + 1);
+    if (classes < 2)
+      throw UsageError(
+          fmt::format("image lists under '{}' hold one class (label 0) only", dir.string()));
+  }
+  ImageTransform t;
+  t.channels = cfg.channels, t.size = cfg.image_size;
+  t.resize = cfg.resize_size > 0 ? cfg.resize_size : (cfg.image_size * 256 + 112) / 224;
+  t.mean.assign(cfg.mean.begin(), cfg.mean.end());
+  t.std.assign(cfg.std.begin(), cfg.std.end());
+  t.seed = seed;
+  Splits s;
+  ImageTransform train = t;
+  train.train = cfg.augment == config::Augment::kResizedCropFlip;
+  s.train.source =
+      std::make_shared<ImageFiles>(std::move(train_paths), std::move(train_labels), train);
+  s.test.source = std::make_shared<ImageFiles>(std::move(val_paths), std::move(val_labels), t);
+  s.train.num_classes = s.test.num_classes = classes;
+  s.class_names = train_classes;
+  return s;
+}
+
+}  // namespace ltrain::data
