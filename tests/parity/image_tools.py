@@ -55,21 +55,25 @@ def make_decode_set(d):
         else:
             im.save(path)
     # 16-bit PNGs written by Pillow's own I;16 mode and by numpy through a raw PNG encoder.
-    g16 = (pattern(37, 53, 1, 2)[..., 0].astype(np.uint16) * 257 + 3)
+    g16 = (pattern(37, 53, 1, 2)[..., 0].astype(np.uint16) * 2 + 1)  # both sides of 255
     Image.fromarray(g16).save(os.path.join(d, "gray16.png"))
     progressive = os.path.join(d, "progressive.jpg")
     Image.fromarray(rgb).save(progressive, quality=85, progressive=True, subsampling=2)
+    # Files with defects Pillow decodes anyway: junk bytes before the JPEG's end marker (a libjpeg
+    # warning), a PNG without its IEND chunk.
+    with open(os.path.join(d, "rgb.jpg"), "rb") as f:
+        jpg = f.read()
+    with open(os.path.join(d, "extra_bytes.jpg"), "wb") as f:
+        f.write(jpg[:-2] + b"\x00\x00\x00" + jpg[-2:])
+    with open(os.path.join(d, "rgb.png"), "rb") as f:
+        png = f.read()
+    with open(os.path.join(d, "no_iend.png"), "wb") as f:
+        f.write(png[:-12])
     names = sorted(os.listdir(d))
     for name in names:
         if not (name.endswith(".png") or name.endswith(".jpg")):
             continue
         with Image.open(os.path.join(d, name)) as im:
-            if im.mode in ("I;16", "I;16B", "I"):
-                # Pillow clips 16-bit gray to 255 on convert("L"); ltrain keeps the high byte.
-                a = (np.asarray(im).astype(np.uint32) >> 8).astype(np.uint8)
-                out[name + ":RGB"] = torch.from_numpy(np.repeat(a[..., None], 3, -1).copy())
-                out[name + ":L"] = torch.from_numpy(a.copy())
-                continue
             out[name + ":RGB"] = torch.from_numpy(np.asarray(im.convert("RGB")).copy())
             out[name + ":L"] = torch.from_numpy(np.asarray(im.convert("RGB").convert("L")).copy())
     save_file(out, os.path.join(d, "pillow.safetensors"))
@@ -118,8 +122,6 @@ def eval_transform(d, resize, size):
         if not (name.endswith(".png") or name.endswith(".jpg")):
             continue
         with Image.open(os.path.join(d, name)) as im:
-            if im.mode.startswith("I"):
-                continue  # Pillow clips 16-bit gray to 255 here; ltrain keeps the high byte
             im = im.convert("RGB")
             w, h = im.size
             # torchvision's Resize(int) and CenterCrop on a PIL image.

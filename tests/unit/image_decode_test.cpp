@@ -1,7 +1,8 @@
 // data/image_decode against Pillow on files Pillow writes (tests/parity/image_tools.py): PNG of
 // every colour type (RGB, RGBA, gray, gray + alpha, palette with and without transparency,
-// 1-bit, 16-bit) equal to Pillow's convert("RGB") and convert("L") exactly; JPEG (gray, RGB 4:2:0,
-// progressive) within 1 per channel. Truncated and foreign files are one-line errors naming them.
+// 1-bit, 16-bit gray, and a file without IEND) equal to Pillow's convert("RGB") and convert("L")
+// exactly; JPEG (gray, RGB 4:2:0, progressive, junk before the end marker) within 1 per channel.
+// Truncated and foreign files are one-line errors naming them, as Pillow refuses them too.
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 

@@ -4,6 +4,7 @@
 #include <png.h>
 #include <turbojpeg.h>
 
+#include <algorithm>
 #include <csetjmp>
 #include <cstdlib>
 #include <cstring>
@@ -41,6 +42,19 @@ Image convert(const uint8_t* src, int64_t h, int64_t w, int have, int want) {
   return im;
 }
 
+// Whether the file ends before its end-of-image marker: after the last start-of-scan marker
+// (FF DA), entropy-coded data cannot hold FF D9 (an FF there is stuffed with 00), so EOI must
+// follow it. (Searching from the start would find an EXIF thumbnail's own EOI.)
+bool jpegCutShort(const uint8_t* b, size_t n) {
+  size_t last_sos = 0, last_eoi = 0;
+  for (size_t i = 0; i + 1 < n; ++i)
+    if (b[i] == 0xff) {
+      if (b[i + 1] == 0xda) last_sos = i + 1;
+      if (b[i + 1] == 0xd9) last_eoi = i + 1;
+    }
+  return last_eoi < last_sos;
+}
+
 Image decodeJpeg(const uint8_t* bytes, size_t size, int channels, const std::string& path) {
   tjhandle tj = tjInitDecompress();
   if (!tj) throw std::runtime_error("cannot start the JPEG decoder");
@@ -70,8 +84,11 @@ Image decodeJpeg(const uint8_t* bytes, size_t size, int channels, const std::str
     rgb.resize(static_cast<size_t>(w) * h * 3);
     out = rgb.data(), format = TJPF_RGB;
   }
-  // TJFLAG_STOPONWARNING: a truncated file is an error, not a grey bottom half.
-  if (tjDecompress2(tj, data, len, out, w, 0, h, format, TJFLAG_STOPONWARNING) != 0)
+  // libjpeg's warnings (extraneous bytes before a marker, a short entropy segment) decode, as
+  // Pillow decodes them; a fatal error or a file cut short (Pillow's "image file is truncated")
+  // is an error, not a grey bottom half.
+  if (tjDecompress2(tj, data, len, out, w, 0, h, format, 0) != 0 &&
+      (tjGetErrorCode(tj) == TJERR_FATAL || jpegCutShort(bytes, size)))
     throw bad(path, fmt::format("is a corrupt or truncated JPEG: {}", tjGetErrorStr2(tj)));
   if (!rgb.empty()) return convert(rgb.data(), h, w, 3, 1);
   return im;
@@ -85,6 +102,7 @@ struct PngRead {
   char error[256];
   uint8_t* pixels;  // malloc'd, height x width x channels
   png_bytepp rows;  // malloc'd; here, not a local: a local set after setjmp is lost by longjmp
+  bool gray16;      // 16-bit gray read as is: Pillow's "I;16", clamped to 255 by its convert
   png_uint_32 width, height;
   int channels;
 };
@@ -108,17 +126,24 @@ bool readPng(PngRead* r) {
   png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, r, pngError, pngWarning);
   if (!png) return false;
   png_infop info = png_create_info_struct(png);
-  if (!info || setjmp(png_jmpbuf(png))) {
-    png_destroy_read_struct(&png, info ? &info : nullptr, nullptr);
+  if (!info) {
+    png_destroy_read_struct(&png, nullptr, nullptr);
+    return false;
+  }
+  if (setjmp(png_jmpbuf(png))) {
+    png_destroy_read_struct(&png, &info, nullptr);
     return false;
   }
   png_set_read_fn(png, r, pngSource);
   png_read_info(png, info);
   const png_uint_32 w = png_get_image_width(png, info), h = png_get_image_height(png, info);
   if (static_cast<uint64_t>(w) * h > (uint64_t{1} << 28)) png_error(png, "unreasonable size");
-  // 8 bits a sample, palette to RGB, low-depth gray scaled to 0..255; the tRNS chunk is left
-  // out, as Pillow's convert("RGB") leaves palette transparency out.
-  png_set_strip_16(png);
+  // 8 bits a sample (the high byte, as Pillow reads 16-bit colour; 16-bit gray is clamped
+  // below, as Pillow's convert clamps its "I;16"), palette to RGB, low-depth gray scaled to
+  // 0..255; the tRNS chunk is left out, as Pillow's convert("RGB") leaves palette transparency.
+  r->gray16 =
+      png_get_color_type(png, info) == PNG_COLOR_TYPE_GRAY && png_get_bit_depth(png, info) == 16;
+  if (!r->gray16) png_set_strip_16(png);
   png_set_packing(png);
   if (png_get_color_type(png, info) == PNG_COLOR_TYPE_PALETTE) png_set_palette_to_rgb(png);
   if (png_get_color_type(png, info) == PNG_COLOR_TYPE_GRAY && png_get_bit_depth(png, info) < 8)
@@ -128,13 +153,15 @@ bool readPng(PngRead* r) {
   r->width = w, r->height = h;
   r->channels = png_get_channels(png, info);
   const size_t stride = png_get_rowbytes(png, info);
-  if (stride != static_cast<size_t>(w) * r->channels) png_error(png, "unexpected row layout");
+  if (stride != static_cast<size_t>(w) * r->channels * (r->gray16 ? 2 : 1))
+    png_error(png, "unexpected row layout");
   r->pixels = static_cast<uint8_t*>(std::malloc(stride * h + 1));
   r->rows = static_cast<png_bytepp>(std::malloc(sizeof(png_bytep) * (h + 1)));
   if (!r->pixels || !r->rows) png_error(png, "out of memory");
   for (png_uint_32 y = 0; y < h; ++y) r->rows[y] = r->pixels + y * stride;
   png_read_image(png, r->rows);
-  png_read_end(png, nullptr);
+  // Not png_read_end: what follows the pixels (text chunks, IEND) may be missing, and Pillow
+  // decodes such a file.
   png_destroy_read_struct(&png, &info, nullptr);
   return true;
 }
@@ -152,6 +179,11 @@ Image decodePng(const uint8_t* bytes, size_t size, int channels, const std::stri
   if (!readPng(&r))
     throw bad(path, fmt::format("is a corrupt or truncated PNG: {}",
                                 r.error[0] ? r.error : "libpng failed"));
+  if (r.gray16)  // big-endian 16-bit samples, clamped to 8 bits in place
+    for (size_t i = 0; i < static_cast<size_t>(r.width) * r.height; ++i) {
+      const unsigned v = (unsigned{r.pixels[2 * i]} << 8) | r.pixels[2 * i + 1];
+      r.pixels[i] = static_cast<uint8_t>(std::min(v, 255u));
+    }
   return convert(r.pixels, r.height, r.width, r.channels, channels);
 }
 

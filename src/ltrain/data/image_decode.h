@@ -2,7 +2,8 @@
 // libjpeg-turbo (TurboJPEG, the accurate integer IDCT, as Pillow's default) and libpng. Gray,
 // gray + alpha, RGB, RGBA and palette images come out with the requested channel count: alpha
 // and palette transparency dropped (Pillow's convert("RGB") drops them too), gray replicated, RGB
-// to gray by ITU-R 601-2 luma (Pillow's "L"); 16-bit samples keep their high byte.
+// to gray by ITU-R 601-2 luma (Pillow's "L"); 16-bit colour keeps its high byte, 16-bit gray is
+// clamped to 255 (Pillow's convert of its "I;16" mode).
 #pragma once
 #include <cstddef>
 #include <cstdint>

@@ -67,32 +67,40 @@ void listImageFolder(const std::string& dir, std::vector<std::string>& paths,
     throw UsageError(fmt::format(
         "image folder '{}' is not a directory (expected one sub-folder of images per class)", dir));
   classes.clear();
-  for (const auto& e : fs::directory_iterator(dir, ec))
-    if (e.is_directory()) classes.push_back(e.path().filename().string());
-  std::sort(classes.begin(), classes.end());
-  if (classes.empty())
-    throw UsageError(fmt::format(
-        "image folder '{}' has no class folders (expected {}/<class>/*.jpg or *.png)", dir, dir));
-  for (size_t c = 0; c < classes.size(); ++c) {
-    const fs::path cdir = fs::path(dir) / classes[c];
-    std::vector<std::string> files;
-    for (const auto& e : fs::recursive_directory_iterator(
-             cdir, fs::directory_options::follow_directory_symlink, ec)) {
-      if (!e.is_regular_file()) continue;
-      if (otherImage(e.path()))
-        throw UsageError(
-            fmt::format("image '{}': ltrain reads JPEG and PNG files only", e.path().string()));
-      if (decodable(e.path())) files.push_back(e.path().string());
-    }
-    if (files.empty())
+  // A folder that cannot be read partway is an error naming it: never a class that silently
+  // lost its images (the iterators throw on errors after the first entry).
+  try {
+    for (const auto& e : fs::directory_iterator(dir))
+      if (e.is_directory()) classes.push_back(e.path().filename().string());
+    std::sort(classes.begin(), classes.end());
+    if (classes.empty())
       throw UsageError(fmt::format(
-          "class folder '{}' holds no .jpg, .jpeg or .png files (every class needs images)",
-          cdir.string()));
-    std::sort(files.begin(), files.end());
-    for (auto& f : files) {
-      paths.push_back(std::move(f));
-      labels.push_back(static_cast<int64_t>(c));
+          "image folder '{}' has no class folders (expected {}/<class>/*.jpg or *.png)", dir, dir));
+    for (size_t c = 0; c < classes.size(); ++c) {
+      const fs::path cdir = fs::path(dir) / classes[c];
+      // torchvision's order: sorted(os.walk(class folder)), each folder's files by name.
+      std::vector<std::pair<std::string, std::string>> files;  // (folder, name)
+      for (const auto& e : fs::recursive_directory_iterator(
+               cdir, fs::directory_options::follow_directory_symlink)) {
+        if (!e.is_regular_file()) continue;
+        if (otherImage(e.path()))
+          throw UsageError(
+              fmt::format("image '{}': ltrain reads JPEG and PNG files only", e.path().string()));
+        if (decodable(e.path()))
+          files.emplace_back(e.path().parent_path().string(), e.path().filename().string());
+      }
+      if (files.empty())
+        throw UsageError(fmt::format(
+            "class folder '{}' holds no .jpg, .jpeg or .png files (every class needs images)",
+            cdir.string()));
+      std::sort(files.begin(), files.end());
+      for (const auto& [folder, name] : files) {
+        paths.push_back((fs::path(folder) / name).string());
+        labels.push_back(static_cast<int64_t>(c));
+      }
     }
+  } catch (const fs::filesystem_error& e) {
+    throw UsageError(fmt::format("image folder '{}' cannot be read: {}", dir, e.what()));
   }
 }
 

@@ -64,7 +64,8 @@ torch::Tensor resizedCrop(const Image& im, const CropBox& box, int64_t out_h, in
                .unsqueeze(0);
   if (box.height != out_h || box.width != out_w)
     x = at::_upsample_bilinear2d_aa(x, {out_h, out_w}, /*align_corners=*/false);
-  return x.squeeze(0).clamp_(0.f, 255.f);
+  // Rounded: torchvision's Resize of a uint8 image gives uint8.
+  return x.squeeze(0).clamp_(0.f, 255.f).round_();
 }
 
 torch::Tensor evalTransform(const Image& im, int64_t resize, int64_t size) {
