@@ -55,6 +55,15 @@ std::string selfExe() {
   return ec ? "ltrain" : p.string();
 }
 
+// generate and export: where the trained model comes from (a config and weights, or a run).
+void addTrainedModelOptions(CLI::App* cmd, Args& a) {
+  cmd->add_option("config", a.config, "Experiment config (YAML); or --run");
+  cmd->add_option("overrides", a.overrides, "KEY=VALUE overrides");
+  cmd->add_option("--checkpoint", a.checkpoint,
+                  "A checkpoint (.pt) or a model.safetensors (default: the run's newest)");
+  cmd->add_option("--run", a.run_dir, "A run directory: its config.yaml and newest weights");
+}
+
 // `ltrain train CONFIG --nproc-per-node N`: check what can be checked here, then run the same
 // command as N workers under the launcher. Rank 0 prepares (and with --overwrite empties) the run
 // directory once the data and model have loaded, so a bad input never costs the old run.
@@ -236,11 +245,7 @@ int main(int argc, char** argv) {
 
   auto* generate = app.add_subcommand(
       "generate", "Continue a prompt with a trained gpt or llama (KV cache; tokens/s on stderr)");
-  generate->add_option("config", a.config, "Experiment config (YAML); or --run");
-  generate->add_option("overrides", a.overrides, "KEY=VALUE overrides");
-  generate->add_option("--checkpoint", a.checkpoint,
-                       "A checkpoint (.pt) or a model.safetensors (default: the run's newest)");
-  generate->add_option("--run", a.run_dir, "A run directory: its config.yaml and newest weights");
+  addTrainedModelOptions(generate, a);
   generate->add_option("--prompt", a.prompt, "The text to continue")->required();
   generate->add_option("--max-new-tokens", a.sampling.max_new_tokens, "Tokens to generate")
       ->capture_default_str()
@@ -264,11 +269,7 @@ int main(int argc, char** argv) {
 
   auto* export_cmd = app.add_subcommand(
       "export", "Write trained weights as a Hugging Face model directory (transformers loads it)");
-  export_cmd->add_option("config", a.config, "Experiment config (YAML); or --run");
-  export_cmd->add_option("overrides", a.overrides, "KEY=VALUE overrides");
-  export_cmd->add_option("--checkpoint", a.checkpoint,
-                         "A checkpoint (.pt) or a model.safetensors (default: the run's newest)");
-  export_cmd->add_option("--run", a.run_dir, "A run directory: its config.yaml and newest weights");
+  addTrainedModelOptions(export_cmd, a);
   export_cmd
       ->add_option("--hf", a.hf_dir, "The directory to write (config.json, model.safetensors)")
       ->required();

@@ -15,6 +15,7 @@
 
 #include "ltrain/common/errors.h"
 #include "ltrain/data/codec.h"
+#include "ltrain/data/utf8.h"
 #include "ltrain/io/json.h"
 
 namespace ltrain::data {
@@ -23,24 +24,6 @@ namespace {
 // GPT-2's pre-tokenization pattern, which ByteLevel(use_regex: true) applies.
 constexpr const char* kGpt2Pattern =
     R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
-
-void appendUtf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xc0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xe0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  } else {
-    out += static_cast<char>(0xf0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3f));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (cp & 0x3f));
-  }
-}
 
 // GPT-2's bytes_to_unicode: printable bytes stand for themselves, the others for 256 + n.
 struct ByteMap {
@@ -61,17 +44,18 @@ const ByteMap& byteMap() {
   return m;
 }
 
-// The code points of a UTF-8 string (already validated).
+// The code points of a token's UTF-8 text; an invalid sequence stands for its first byte (as a
+// byte-level vocabulary's unmapped code point, decode passes it through).
 std::vector<uint32_t> codePoints(const std::string& s) {
   std::vector<uint32_t> out;
   for (size_t i = 0; i < s.size();) {
-    const auto b = static_cast<unsigned char>(s[i]);
-    const int len = b < 0x80 ? 1 : b < 0xe0 ? 2 : b < 0xf0 ? 3 : 4;
-    uint32_t cp = len == 1 ? b : b & (0xff >> (len + 1));
-    for (int k = 1; k < len && i + k < s.size(); ++k)
-      cp = (cp << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
-    out.push_back(cp);
-    i += len;
+    const int64_t cp = decodeUtf8(s, i);
+    if (cp >= 0) {
+      out.push_back(static_cast<uint32_t>(cp));
+    } else {
+      out.push_back(static_cast<unsigned char>(s[i]));
+      ++i;
+    }
   }
   return out;
 }

@@ -8,6 +8,7 @@
 
 #include "ltrain/common/errors.h"
 #include "ltrain/data/text.h"
+#include "ltrain/data/utf8.h"
 #include "ltrain/io/json.h"
 
 namespace ltrain::data {
@@ -15,22 +16,7 @@ namespace {
 
 std::string utf8(char32_t cp) {
   std::string out;
-  const auto c = static_cast<uint32_t>(cp);
-  if (c < 0x80) {
-    out += static_cast<char>(c);
-  } else if (c < 0x800) {
-    out += static_cast<char>(0xc0 | (c >> 6));
-    out += static_cast<char>(0x80 | (c & 0x3f));
-  } else if (c < 0x10000) {
-    out += static_cast<char>(0xe0 | (c >> 12));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (c & 0x3f));
-  } else {
-    out += static_cast<char>(0xf0 | (c >> 18));
-    out += static_cast<char>(0x80 | ((c >> 12) & 0x3f));
-    out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
-    out += static_cast<char>(0x80 | (c & 0x3f));
-  }
+  appendUtf8(out, static_cast<uint32_t>(cp));
   return out;
 }
 

@@ -10,27 +10,10 @@
 
 #include "ltrain/common/errors.h"
 #include "ltrain/data/codec.h"
+#include "ltrain/data/utf8.h"
 
 namespace ltrain::data {
 namespace {
-
-// UTF-8 decoding by hand: std::codecvt is deprecated and none of the project's libraries decodes.
-// Returns the code point at text[i] and advances i; -1 for an invalid sequence.
-int64_t decodeUtf8(const std::string& text, size_t& i) {
-  const auto byte = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
-  const unsigned char b0 = byte(i);
-  int len = b0 < 0x80 ? 1 : (b0 >> 5) == 0x6 ? 2 : (b0 >> 4) == 0xe ? 3 : (b0 >> 3) == 0x1e ? 4 : 0;
-  if (len == 0 || i + len > text.size()) return -1;
-  int64_t cp = len == 1 ? b0 : b0 & (0x7f >> len);
-  for (int k = 1; k < len; ++k) {
-    if ((byte(i + k) & 0xc0) != 0x80) return -1;
-    cp = (cp << 6) | (byte(i + k) & 0x3f);
-  }
-  static constexpr int64_t kMin[] = {0, 0, 0x80, 0x800, 0x10000};
-  if (cp < kMin[len] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return -1;  // overlong
-  i += len;
-  return cp;
-}
 
 std::string readText(const std::string& path) {
   std::error_code ec;
