@@ -27,6 +27,7 @@
 
 #include "ltrain/train/evaluate.h"
 #include "ltrain/train/inference.h"
+#include "ltrain/train/predict.h"
 #include "ltrain/train/preflight.h"
 #include "ltrain/train/run_dir.h"
 #include "ltrain/train/trainer.h"
@@ -47,6 +48,7 @@ struct Args {
   std::string run_dir, tokenizer, hf_dir, prompt;  // generate, export
   ltrain::models::SamplingOptions sampling;
   ltrain::launch::LaunchOptions launch;
+  ltrain::train::PredictRequest predict;
 };
 
 std::string selfExe() {
@@ -137,6 +139,20 @@ int cmdEval(const Args& a) {
   fmt::print("test_accuracy {:.4f}  test_loss {:.4f}  examples {}{}\n", r.test_accuracy,
              r.test_loss, r.examples,
              r.language_model ? fmt::format("  perplexity {:.3f}", std::exp(r.test_loss)) : "");
+  return 0;
+}
+
+int cmdPredict(Args& a) {
+  spdlog::set_pattern("[%H:%M:%S] %v");
+  auto& req = a.predict;
+  req.config = a.config, req.overrides = a.overrides, req.checkpoint = a.checkpoint;
+  const auto s = ltrain::train::runPredict(req);
+  fmt::print(
+      "{} predictions written to {}{}{}\n", s.rows, req.output,
+      s.labelled ? fmt::format("; accuracy {:.4f} over the {} with a known class",
+                               static_cast<double>(s.correct) / s.labelled, s.labelled)
+                 : "",
+      s.skipped ? fmt::format("; {} files skipped (data.on_bad_image skip)", s.skipped) : "");
   return 0;
 }
 
@@ -243,6 +259,26 @@ int main(int argc, char** argv) {
       ->required();
   eval->footer(keys);
 
+  auto* predict = app.add_subcommand(
+      "predict", "Write a trained classifier's predictions for images or a table as CSV");
+  predict
+      ->add_option("config", a.config, "Experiment config (YAML) that describes the model and data")
+      ->required();
+  predict->add_option("overrides", a.overrides, "KEY=VALUE overrides");
+  predict->add_option("--checkpoint", a.checkpoint, "A checkpoint (.pt) or a model.safetensors")
+      ->required();
+  predict
+      ->add_option("--input", a.predict.input,
+                   "Class folders, a folder of images, one image, a path,label manifest, or (csv "
+                   "data) a table with train.csv's columns")
+      ->required();
+  predict->add_option("--output", a.predict.output, "The CSV to write")->capture_default_str();
+  predict->add_option("--top-k", a.predict.top_k, "Classes per row, most likely first")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  predict->add_flag("--overwrite", a.predict.overwrite, "Replace --output if it exists");
+  predict->footer(keys);
+
   auto* generate = app.add_subcommand(
       "generate", "Continue a prompt with a trained gpt or llama (KV cache; tokens/s on stderr)");
   addTrainedModelOptions(generate, a);
@@ -321,6 +357,7 @@ int main(int argc, char** argv) {
     }
     if (app.got_subcommand(launch)) return ltrain::launch::runLauncher(lo);
     if (app.got_subcommand(eval)) return cmdEval(a);
+    if (app.got_subcommand(predict)) return cmdPredict(a);
     if (app.got_subcommand(generate)) {
       ltrain::train::runGenerate(inferenceRequest(a), a.prompt, a.sampling);
       return 0;

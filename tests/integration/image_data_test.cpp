@@ -12,6 +12,7 @@
 #include "ltrain/data/image_decode.h"
 #include "ltrain/data/image_files.h"
 #include "ltrain/data/image_transforms.h"
+#include "ltrain/io/files.h"
 #include "ltrain/io/safetensors.h"
 #include "support/process.h"
 #include "support/run_files.h"
@@ -156,4 +157,77 @@ TEST_CASE("an image that does not decode stops the run with its name, loader thr
     CHECK_THAT(r.err, Contains("image '" + (dir / "ff/train/Bag/zz-broken.png") +
                                "' is neither a JPEG nor a PNG file"));
   }
+}
+
+TEST_CASE("data.on_bad_image skip leaves broken files out and names them in summary.json",
+          "[data][image][dist]") {
+  TempDir dir;
+  tool({"fashion-folder", dir / "ff", "199", "98"});
+  const std::vector<std::string> bad{dir / "ff/train/Bag/zz-broken.png",
+                                     dir / "ff/val/Coat/zz-cut.png", dir / "ff/val/Shirt/zz.jpg"};
+  ltrain::test::writeText(bad[0], "not a png");
+  // A PNG cut in half: libpng's error, not only a foreign file.
+  const auto first = *std::filesystem::directory_iterator(dir / "ff/val/Coat");
+  const std::string png = ltrain::io::readFile(first.path().string());
+  ltrain::test::writeText(bad[1], png.substr(0, png.size() / 2));
+  ltrain::test::writeText(bad[2], "\xff\xd8\xff");
+  auto r =
+      runLtrain({"train", kQuickstart, "data.dataset=image_folder", "data.path=" + (dir / "ff"),
+                 "data.channels=1", "data.image_size=28", "data.resize_size=28", "data.mean=[0.5]",
+                 "data.std=[0.5]", "data.on_bad_image=skip", "data.num_workers=2", "train.epochs=2",
+                 "train.log_every=1", "--nproc-per-node", "2", "--output-dir", dir / "run"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out + r.err, Contains("skipped: image '" + bad[0] + "'"));
+  auto summary = ltrain::test::readJson(dir / "run/summary.json");
+  CHECK(summary["skipped_images"].get<int>() == 3);
+  auto files = summary["skipped_image_files"].get<std::vector<std::string>>();
+  std::sort(files.begin(), files.end());
+  auto want = bad;
+  std::sort(want.begin(), want.end());
+  CHECK(files == want);
+  // The broken training file is drawn once an epoch (200 files on 2 ranks: no padding).
+  int64_t draws = 0;
+  for (const auto& rec : ltrain::test::metricRecords(dir / "run/metrics.jsonl", "train"))
+    draws += rec["skipped_images"].get<int64_t>();
+  CHECK(draws == 2);
+  // Accuracy over the 98 validation files that decode, not the 100 there are.
+  const double correct = summary["test_accuracy"].get<double>() * 98;
+  CHECK(std::abs(correct - std::round(correct)) < 1e-6);
+}
+
+TEST_CASE("data.jpeg_dct_scaling decodes large JPEGs smaller and crops the same region",
+          "[data][image]") {
+  TempDir dir;
+  tool({"make-decode-set", dir / "set"});
+  const std::string jpg = dir / "set/large.jpg";
+  REQUIRE(std::filesystem::exists(jpg));
+  const auto full = ltrain::data::decodeImageFile(jpg, 3);
+  // Evaluation at resize 64: the shorter side may go down to 64, so 1/4 of a 300-pixel side.
+  const auto scaled = ltrain::data::decodeImageFile(
+      jpg, 3, [&](int64_t h, int64_t w) { return ltrain::data::evalMinScale(h, w, 64); });
+  CHECK(scaled.full_height == full.height);
+  CHECK(scaled.full_width == full.width);
+  CHECK(std::min(scaled.height, scaled.width) >= 64);
+  CHECK(std::min(scaled.height, scaled.width) < std::min(full.height, full.width) / 2);
+  // Both transforms see the same picture: the scaled one within a few levels on average.
+  auto a = ltrain::data::evalTransform(full, 64, 56),
+       b = ltrain::data::evalTransform(scaled, 64, 56);
+  CHECK((a - b).abs().mean().item<double>() < 4.0);
+  ltrain::data::ExampleRng r1(3, 0, 5), r2(3, 0, 5);
+  auto ta = ltrain::data::trainTransform(full, 32, r1),
+       tb = ltrain::data::trainTransform(scaled, 32, r2);
+  CHECK((ta - tb).abs().mean().item<double>() < 6.0);
+  // No scaling asked: Pillow's full-size decode.
+  const auto same = ltrain::data::decodeImageFile(jpg, 3, [](int64_t, int64_t) { return 1.0; });
+  CHECK(same.pixels == full.pixels);
+  // A quarter's scale is Pillow's draft mode (libjpeg's same scaled IDCT): within 1 level.
+  const auto quarter = ltrain::data::decodeImageFile(jpg, 3, [](int64_t, int64_t) { return 0.25; });
+  const auto pillow =
+      ltrain::io::loadSafetensors(dir / "set/pillow.safetensors").at("draft4:large.jpg");
+  REQUIRE(pillow.sizes() == torch::IntArrayRef({quarter.height, quarter.width, 3}));
+  auto ours = torch::from_blob(const_cast<uint8_t*>(quarter.pixels.data()),
+                               {quarter.height, quarter.width, 3}, torch::kByte)
+                  .to(torch::kInt);
+  CHECK((ours - pillow.to(torch::kInt)).abs().max().item<int>() <= 1);
 }

@@ -69,6 +69,13 @@ def make_decode_set(d):
         png = f.read()
     with open(os.path.join(d, "no_iend.png"), "wb") as f:
         f.write(png[:-12])
+    # An ImageNet-like photo size for DCT-scaled decoding, and Pillow's draft (libjpeg scaled
+    # to 1/4) of it.
+    large = os.path.join(d, "large.jpg")
+    Image.fromarray(pattern(300, 400, 3, 3)).save(large, quality=90)
+    with Image.open(large) as im:
+        im.draft("RGB", (100, 75))
+        out["draft4:large.jpg"] = torch.from_numpy(np.asarray(im.convert("RGB")).copy())
     names = sorted(os.listdir(d))
     for name in names:
         if not (name.endswith(".png") or name.endswith(".jpg")):

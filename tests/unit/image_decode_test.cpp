@@ -36,6 +36,7 @@ TEST_CASE("decoded JPEG and PNG pixels are Pillow's", "[data][image]") {
   const auto pillow = ltrain::io::loadSafetensors(dir / "set/pillow.safetensors");
   REQUIRE(pillow.size() >= 20);
   for (const auto& [key, theirs] : pillow) {
+    if (key.rfind("draft", 0) == 0) continue;  // DCT-scaled decodes: image_data_test
     const auto colon = key.rfind(':');
     const std::string file = key.substr(0, colon), mode = key.substr(colon + 1);
     INFO(key);

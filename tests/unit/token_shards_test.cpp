@@ -78,7 +78,7 @@ TEST_CASE("tokens: nanoGPT and llm.c shards become blocks shifted by one, re-cut
   // Validation: 7 tokens, too few to shift (a block of 4 needs 5 tokens at every offset up to
   // 3, 8 in all): it keeps offset 0 and its (7 - 1) / 4 = 1 block, whatever the cut.
   REQUIRE(s.test.size() == 1);
-  CHECK(s.test.targetCount() == 4);
+  CHECK(s.test.exampleShape() == std::vector<int64_t>{4});
   ltrain::data::shiftBlocks(s.test, 3);
   std::vector<int64_t> zero{0};
   CHECK(ltrain::data::makeBatch(s.test, zero.data(), 1)

@@ -23,6 +23,8 @@ struct DataConfig {
   int64_t channels;                  // image_folder, image_list
   int64_t image_size, resize_size;
   std::vector<double> mean, std;
+  BadImage on_bad_image;
+  bool jpeg_dct_scaling;
   int64_t augment_pad;
   int64_t batch_size;
   int64_t eval_batch_size;

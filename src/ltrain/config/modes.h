@@ -27,6 +27,7 @@ enum class DeviceChoice { kAuto, kCpu, kCuda };
 enum class TokenFormat { kAuto, kLlmC, kNanoGpt };
 enum class Gelu { kExact, kTanh };
 enum class Decay { kMatrices, kAll };
+enum class BadImage { kError, kSkip };
 
 template <class E>
 struct EnumNames;
@@ -48,6 +49,7 @@ LT_ENUM_NAMES(NonFinite, {NonFinite::kStop, "stop"}, {NonFinite::kSkip, "skip"})
 LT_ENUM_NAMES(OnSignal, {OnSignal::kCheckpoint, "checkpoint"}, {OnSignal::kStop, "stop"});
 LT_ENUM_NAMES(Augment, {Augment::kNone, "none"}, {Augment::kCropFlip, "crop_flip"},
               {Augment::kResizedCropFlip, "resized_crop_flip"});
+LT_ENUM_NAMES(BadImage, {BadImage::kError, "error"}, {BadImage::kSkip, "skip"});
 LT_ENUM_NAMES(Tokenizer, {Tokenizer::kChar, "char"}, {Tokenizer::kByte, "byte"});
 LT_ENUM_NAMES(OptimizerName, {OptimizerName::kSgd, "sgd"}, {OptimizerName::kAdam, "adam"},
               {OptimizerName::kAdamw, "adamw"});

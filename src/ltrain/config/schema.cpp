@@ -144,6 +144,7 @@ LT_ENUM_TRAITS(DeviceChoice);
 LT_ENUM_TRAITS(TokenFormat);
 LT_ENUM_TRAITS(Gelu);
 LT_ENUM_TRAITS(Decay);
+LT_ENUM_TRAITS(BadImage);
 #undef LT_ENUM_TRAITS
 
 // model.layers: a list of layers, each a name ("relu") or a one-key mapping of the name to its
@@ -293,8 +294,7 @@ std::vector<Option> buildSchema() {
              TokenFormat::kAuto),
       LT_OPT(data.train_dir, "image_folder: the training class folders, under data.path",
              S("train")),
-      LT_OPT(data.val_dir, "image_folder: the validation class folders, under data.path",
-             S("val")),
+      LT_OPT(data.val_dir, "image_folder: the validation class folders, under data.path", S("val")),
       LT_OPT(data.train_list,
              "image_list: the training manifest under data.path, a CSV of path,label with a "
              "header row (paths relative to it)",
@@ -319,17 +319,26 @@ std::vector<Option> buildSchema() {
       LT_OPT(data.std, "image_folder, image_list: per-channel std after scaling to [0, 1]",
              FloatList{0.229, 0.224, 0.225})
           .positive(),
+      LT_OPT(data.on_bad_image,
+             "image_folder, image_list: a file that does not decode stops the run with its name "
+             "(error), or is left out of its batch and counted (skip: skipped_images in "
+             "metrics.jsonl and summary.json)",
+             BadImage::kError),
+      LT_OPT(data.jpeg_dct_scaling,
+             "image_folder, image_list: decode a JPEG at 1/2, 1/4 or 1/8 scale (libjpeg's DCT "
+             "scaling) when it stays at least as large as what the transform keeps; faster on "
+             "large photos, pixels then differ from Pillow's full-size decode",
+             false),
       LT_OPT(data.val_fraction, "text: share of the file, from its end, held out for validation",
              0.1)
           .positive()
           .atMost(0.5),
-      LT_OPT(
-          data.augment,
-          "Training-image augmentation: none, crop_flip (a random crop of the image padded by "
-          "data.augment_pad pixels, and a horizontal flip half the time), seeded per rank and "
-          "epoch; or, for image_folder and image_list, resized_crop_flip (torchvision's "
-          "RandomResizedCrop to data.image_size and a flip, seeded per example and epoch)",
-          Augment::kNone),
+      LT_OPT(data.augment,
+             "Training-image augmentation: none, crop_flip (a random crop of the image padded by "
+             "data.augment_pad pixels, and a horizontal flip half the time), seeded per rank and "
+             "epoch; or, for image_folder and image_list, resized_crop_flip (torchvision's "
+             "RandomResizedCrop to data.image_size and a flip, seeded per example and epoch)",
+             Augment::kNone),
       LT_OPT(data.augment_pad, "crop_flip: zero padding a side before the crop", int64_t{4})
           .atLeast(0),
       LT_OPT(data.path,

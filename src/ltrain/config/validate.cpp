@@ -72,6 +72,15 @@ void modelAgainstData(const LoadedConfig& lc) {
                          c.data.dataset == "image_folder" ? "class folders" : "manifests",
                          c.data.dataset));
   }
+  // Their defaults (what a resolved config spells out) pass anywhere.
+  for (const char* key : {"data.on_bad_image", "data.jpeg_dct_scaling"})
+    if (!image_files &&
+        (std::string(key) == "data.on_bad_image" ? c.data.on_bad_image != BadImage::kError
+                                                 : c.data.jpeg_dct_scaling))
+      refuse(lc, key,
+             fmt::format("{} is for image files (image_folder, image_list); data.dataset {} "
+                         "reads none",
+                         key, c.data.dataset));
   if (c.data.augment != Augment::kNone && kind != DataKind::kImages)
     refuse(lc, "data.augment",
            fmt::format("data.augment {} crops and flips images; data.dataset {} has none",

@@ -49,8 +49,10 @@ struct Table {
   int64_t columns = 0;
 };
 
+// `label_optional`: a table to predict, which may leave the label column out (its labels then
+// come back empty).
 Table readTable(const std::string& path, const std::string& label_column,
-                std::vector<std::string>* header_out) {
+                std::vector<std::string>* header_out, bool label_optional = false) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
     throw UsageError(
@@ -63,18 +65,29 @@ Table readTable(const std::string& path, const std::string& label_column,
     throw UsageError(fmt::format("data file '{}' is empty: expected a header row", path));
   if (line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 byte-order mark
   const auto header = splitCsv(line);
-  const auto label_at = std::find(header.begin(), header.end(), label_column) - header.begin();
-  if (label_at == static_cast<long>(header.size()))
+  auto label_at = std::find(header.begin(), header.end(), label_column) - header.begin();
+  const bool no_label = label_at == static_cast<long>(header.size());
+  if (no_label && label_optional) {
+    // The training header without its label column is what this one must be.
+    auto want = *header_out;
+    want.erase(std::find(want.begin(), want.end(), label_column));
+    if (header != want)
+      throw UsageError(fmt::format(
+          "input '{}': its columns differ from the training file's (expected {} feature columns "
+          "as train.csv has, with or without '{}')",
+          path, want.size(), label_column));
+    label_at = -1;
+  } else if (no_label)
     throw UsageError(fmt::format("data file '{}': no column '{}' (data.label_column) in its header",
                                  path, label_column));
   if (header.size() < 2)
     throw UsageError(
         fmt::format("data file '{}': expected feature columns besides '{}'", path, label_column));
-  if (header_out && !header_out->empty() && *header_out != header)
+  if (label_at >= 0 && header_out && !header_out->empty() && *header_out != header)
     throw UsageError(fmt::format("data file '{}': its columns differ from train.csv's", path));
-  if (header_out) *header_out = header;
+  if (header_out && label_at >= 0) *header_out = header;
   Table t;
-  t.columns = static_cast<int64_t>(header.size()) - 1;
+  t.columns = static_cast<int64_t>(header.size()) - (label_at >= 0 ? 1 : 0);
   for (int n = 2; std::getline(in, line); ++n) {
     if (line.empty() || line == "\r") continue;
     const auto cells = splitCsv(line);
@@ -93,12 +106,38 @@ Table readTable(const std::string& path, const std::string& label_column,
                                      header[c], cells[c]));
       t.features.push_back(v);
     }
+    if (label_at < 0) t.labels.emplace_back();
   }
   if (t.labels.empty()) throw UsageError(fmt::format("data file '{}' has no rows", path));
   return t;
 }
 
+struct Standardisation {
+  torch::Tensor mean, sd;
+};
+
+// The training file's per-column statistics (a constant column is centred and left unscaled:
+// divided by 1, not by a vanishing deviation).
+Standardisation standardisation(Table& train) {
+  auto tr = torch::from_blob(train.features.data(),
+                             {static_cast<int64_t>(train.labels.size()), train.columns})
+                .clone();
+  auto sd = tr.std(0, /*unbiased=*/false);
+  return {tr.mean(0), torch::where(sd < 1e-6, torch::ones_like(sd), sd)};
+}
+
 }  // namespace
+
+torch::Tensor readCsvInputs(const std::string& dir, const std::string& label_column,
+                            const std::string& path, std::vector<std::string>& labels) {
+  std::vector<std::string> header;
+  Table train = readTable(dir + "/train.csv", label_column, &header);
+  Table t = readTable(path, label_column, &header, /*label_optional=*/true);
+  const auto z = standardisation(train);
+  labels = t.labels;
+  const auto n = static_cast<int64_t>(t.labels.size());
+  return (torch::from_blob(t.features.data(), {n, t.columns}).clone() - z.mean) / z.sd;
+}
 
 Splits loadCsv(const std::string& dir, const std::string& label_column) {
   std::vector<std::string> header;
@@ -113,15 +152,12 @@ Splits loadCsv(const std::string& dir, const std::string& label_column) {
         "data file '{}/train.csv': its column '{}' (data.label_column) holds one class, expected "
         "at least 2",
         dir, label_column));
-  // Standardised with the training file's statistics (a constant column is left centred).
+  // Standardised with the training file's statistics.
   const int64_t f = train.columns;
-  auto tr = torch::from_blob(train.features.data(), {static_cast<int64_t>(train.labels.size()), f})
-                .clone();
-  // A constant column is centred and left unscaled (divided by 1, not by a vanishing deviation).
-  auto sd = tr.std(0, /*unbiased=*/false);
-  sd = torch::where(sd < 1e-6, torch::ones_like(sd), sd);
-  const auto mean = tr.mean(0);
+  const auto z = standardisation(train);
+  const auto &mean = z.mean, &sd = z.sd;
   Splits s;
+  for (const auto& [label, id] : classes) s.class_names.push_back(label);
   for (auto [t, d, name] :
        {std::tuple{&train, &s.train, "train.csv"}, std::tuple{&test, &s.test, "test.csv"}}) {
     const auto n = static_cast<int64_t>(t->labels.size());

@@ -4,6 +4,7 @@
 // with the training file's per-column mean and standard deviation.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "ltrain/data/dataset.h"
 
@@ -11,6 +12,13 @@ namespace ltrain::data {
 
 // UsageError naming the file, line and column for a missing file or label column, a ragged row,
 // a value that is not a number, or a test label the training file never had.
+// Splits::class_names holds the labels as written, in class order.
 Splits loadCsv(const std::string& dir, const std::string& label_column);
+
+// ltrain predict: the rows of the table at `path`, whose columns are train.csv's (the label
+// column may be left out), standardised as training standardised them: [N, F] float. `labels`
+// receives each row's label as written ("" where the table has no label column).
+torch::Tensor readCsvInputs(const std::string& dir, const std::string& label_column,
+                            const std::string& path, std::vector<std::string>& labels);
 
 }  // namespace ltrain::data

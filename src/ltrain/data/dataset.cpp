@@ -9,8 +9,8 @@
 #include "ltrain/data/cifar.h"
 #include "ltrain/data/csv_table.h"
 #include "ltrain/data/idx.h"
-#include "ltrain/data/text.h"
 #include "ltrain/data/image_files.h"
+#include "ltrain/data/text.h"
 #include "ltrain/data/token_shards.h"
 
 namespace ltrain::data {

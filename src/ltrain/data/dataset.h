@@ -18,9 +18,18 @@ class ExampleSource {
   virtual ~ExampleSource() = default;
   virtual int64_t size() const = 0;
   virtual std::vector<int64_t> exampleShape() const = 0;
-  // The examples at `indices`: inputs [count, ...] and targets [count, ...], int64 on the CPU.
+  virtual torch::ScalarType inputType() const = 0;
+  // One example's targets: {} (a class) or {T} (a block's next tokens).
+  virtual std::vector<int64_t> targetShape() const = 0;
+  // Writes the examples at `indices` into inputs [count, exampleShape()...] of inputType() and
+  // targets [count, targetShape()...] of int64, which the loader allocated (page-locked when the
+  // batch goes to a GPU, so that the copy there is asynchronous and nothing is copied twice).
   virtual void gather(const int64_t* indices, int64_t count, torch::Tensor& inputs,
                       torch::Tensor& targets) const = 0;
+  // Files left out of their batches (image files that do not decode under data.on_bad_image
+  // skip): how many times one was drawn, and the distinct files, in the order found.
+  virtual int64_t skippedDraws() const { return 0; }
+  virtual std::vector<std::string> skippedFiles() const { return {}; }
   // Language-model blocks: cuts the corpus anew, the blocks starting `offset` tokens later (not
   // called while a loader runs).
   virtual void shift(int64_t offset) = 0;
@@ -45,14 +54,6 @@ struct Dataset {
   int64_t size() const { return source ? source->size() : targets.size(0); }
   std::vector<int64_t> exampleShape() const {
     return source ? source->exampleShape() : inputs.sizes().slice(1).vec();
-  }
-  // Targets in the split: examples, or tokens for a language model.
-  int64_t targetCount() const {
-    if (!source) return targets.numel();
-    if (!tokens) return size();  // one class an example (image files)
-    int64_t n = size();
-    for (auto d : exampleShape()) n *= d;
-    return n;
   }
 };
 

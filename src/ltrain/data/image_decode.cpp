@@ -55,7 +55,17 @@ bool jpegCutShort(const uint8_t* b, size_t n) {
   return last_eoi < last_sos;
 }
 
-Image decodeJpeg(const uint8_t* bytes, size_t size, int channels, const std::string& path) {
+// libjpeg's reduction 1/denom for the smallest denom in {1, 2, 4, 8} with 1/denom >= min_scale.
+int dctDenominator(const MinScale& min_scale, int h, int w) {
+  if (!min_scale) return 1;
+  const double s = min_scale(h, w);
+  int denom = 1;
+  while (denom < 8 && 1.0 / (2 * denom) >= s) denom *= 2;
+  return denom;
+}
+
+Image decodeJpeg(const uint8_t* bytes, size_t size, int channels, const std::string& path,
+                 const MinScale& min_scale) {
   tjhandle tj = tjInitDecompress();
   if (!tj) throw std::runtime_error("cannot start the JPEG decoder");
   struct Closer {
@@ -71,8 +81,11 @@ Image decodeJpeg(const uint8_t* bytes, size_t size, int channels, const std::str
     throw bad(path, "is a CMYK JPEG; ltrain decodes gray and RGB JPEGs (convert it to RGB)");
   if (w <= 0 || h <= 0 || static_cast<int64_t>(w) * h > (int64_t{1} << 28))
     throw bad(path, fmt::format("has an unreasonable size {}x{}", w, h));
+  const int full_h = h, full_w = w, denom = dctDenominator(min_scale, h, w);
+  w = (w + denom - 1) / denom, h = (h + denom - 1) / denom;  // TJSCALED
   Image im;
   im.height = h, im.width = w, im.channels = channels;
+  im.full_height = full_h, im.full_width = full_w;
   im.pixels.resize(static_cast<size_t>(w) * h * channels);
   // Gray JPEGs decode straight to gray; a color one to RGB, then to luma as Pillow's "L" does
   // (libjpeg's own Y would differ by one here and there).
@@ -90,7 +103,11 @@ Image decodeJpeg(const uint8_t* bytes, size_t size, int channels, const std::str
   if (tjDecompress2(tj, data, len, out, w, 0, h, format, 0) != 0 &&
       (tjGetErrorCode(tj) == TJERR_FATAL || jpegCutShort(bytes, size)))
     throw bad(path, fmt::format("is a corrupt or truncated JPEG: {}", tjGetErrorStr2(tj)));
-  if (!rgb.empty()) return convert(rgb.data(), h, w, 3, 1);
+  if (!rgb.empty()) {
+    Image gray = convert(rgb.data(), h, w, 3, 1);
+    gray.full_height = full_h, gray.full_width = full_w;
+    return gray;
+  }
   return im;
 }
 
@@ -184,29 +201,33 @@ Image decodePng(const uint8_t* bytes, size_t size, int channels, const std::stri
       const unsigned v = (unsigned{r.pixels[2 * i]} << 8) | r.pixels[2 * i + 1];
       r.pixels[i] = static_cast<uint8_t>(std::min(v, 255u));
     }
-  return convert(r.pixels, r.height, r.width, r.channels, channels);
+  Image im = convert(r.pixels, r.height, r.width, r.channels, channels);
+  im.full_height = im.height, im.full_width = im.width;
+  return im;
 }
 
 }  // namespace
 
-Image decodeImage(const uint8_t* bytes, size_t size, int channels, const std::string& path) {
+Image decodeImage(const uint8_t* bytes, size_t size, int channels, const std::string& path,
+                  const MinScale& min_scale) {
   if (channels != 1 && channels != 3)
     throw UsageError(fmt::format("data.channels is {}, expected 1 or 3", channels));
   static const uint8_t kPng[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
   if (size >= 8 && std::memcmp(bytes, kPng, 8) == 0) return decodePng(bytes, size, channels, path);
   if (size >= 3 && bytes[0] == 0xff && bytes[1] == 0xd8 && bytes[2] == 0xff)
-    return decodeJpeg(bytes, size, channels, path);
+    return decodeJpeg(bytes, size, channels, path, min_scale);
   throw bad(path, "is neither a JPEG nor a PNG file (by its first bytes)");
 }
 
-Image decodeImageFile(const std::string& path, int channels) {
+Image decodeImageFile(const std::string& path, int channels, const MinScale& min_scale) {
   std::string bytes;
   try {
     bytes = io::readFile(path);
   } catch (const std::exception& e) {
     throw bad(path, fmt::format("cannot be read: {}", e.what()));
   }
-  return decodeImage(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), channels, path);
+  return decodeImage(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size(), channels, path,
+                     min_scale);
 }
 
 }  // namespace ltrain::data

@@ -1,6 +1,7 @@
 #include "ltrain/data/image_files.h"
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -35,29 +36,64 @@ bool otherImage(const fs::path& p) {
 
 }  // namespace
 
+bool isImageFile(const std::string& path) {
+  return decodable(path);
+}
+
 ImageFiles::ImageFiles(std::vector<std::string> paths, std::vector<int64_t> labels,
                        ImageTransform t)
     : paths_(std::move(paths)), labels_(std::move(labels)), t_(std::move(t)) {}
 
 void ImageFiles::gather(const int64_t* indices, int64_t count, torch::Tensor& inputs,
                         torch::Tensor& targets) const {
-  inputs = torch::empty({count, t_.channels, t_.size, t_.size}, torch::kFloat);
-  targets = torch::empty({count}, torch::kLong);
   auto mean = torch::from_blob(const_cast<float*>(t_.mean.data()), {t_.channels, 1, 1});
   auto std = torch::from_blob(const_cast<float*>(t_.std.data()), {t_.channels, 1, 1});
+  auto* target = targets.data_ptr<int64_t>();
+  const int channels = static_cast<int>(t_.channels);
   for (int64_t r = 0; r < count; ++r) {
     const int64_t i = indices[r];
-    const Image im = decodeImageFile(paths_[static_cast<size_t>(i)], static_cast<int>(t_.channels));
+    const auto& path = paths_[static_cast<size_t>(i)];
+    ExampleRng rng(t_.seed, epoch_, i);
+    MinScale min_scale;
+    if (t_.dct_scaling)
+      min_scale =
+          t_.train
+              ? MinScale([&](int64_t h, int64_t w) { return trainMinScale(h, w, t_.size, rng); })
+              : MinScale([&](int64_t h, int64_t w) { return evalMinScale(h, w, t_.resize); });
     torch::Tensor x;
-    if (t_.train) {
-      ExampleRng rng(t_.seed, epoch_, i);
-      x = trainTransform(im, t_.size, rng);
-    } else {
-      x = evalTransform(im, t_.resize, t_.size);
+    if (!knownBad(i)) try {
+        const Image im = decodeImageFile(path, channels, min_scale);
+        x = t_.train ? trainTransform(im, t_.size, rng) : evalTransform(im, t_.resize, t_.size);
+      } catch (const UsageError& e) {
+        if (!t_.skip_bad) throw;
+        markBad(i, e.what());
+      }
+    if (!x.defined()) {  // skipped: left out of the loss and the accuracy
+      ++skipped_draws_;
+      inputs[r].zero_();
+      target[r] = -100;
+      continue;
     }
     inputs[r].copy_(x.div_(255.f).sub_(mean).div_(std));
-    targets[r] = labels_[static_cast<size_t>(i)];
+    target[r] = labels_[static_cast<size_t>(i)];
   }
+}
+
+bool ImageFiles::knownBad(int64_t i) const {
+  std::lock_guard<std::mutex> lk(bad_mu_);
+  return bad_.count(i) > 0;
+}
+
+void ImageFiles::markBad(int64_t i, const char* why) const {
+  std::lock_guard<std::mutex> lk(bad_mu_);
+  if (!bad_.emplace(i, bad_files_.size()).second) return;
+  bad_files_.push_back(paths_[static_cast<size_t>(i)]);
+  spdlog::warn("skipped: {} (data.on_bad_image skip)", why);
+}
+
+std::vector<std::string> ImageFiles::skippedFiles() const {
+  std::lock_guard<std::mutex> lk(bad_mu_);
+  return bad_files_;
 }
 
 void listImageFolder(const std::string& dir, std::vector<std::string>& paths,
@@ -143,6 +179,19 @@ void listImageManifest(const std::string& manifest, std::vector<std::string>& pa
   if (paths.empty()) throw UsageError(fmt::format("image list '{}' lists no images", manifest));
 }
 
+ImageTransform imageTransform(const config::DataConfig& cfg, uint64_t seed, bool train) {
+  ImageTransform t;
+  t.train = train && cfg.augment == config::Augment::kResizedCropFlip;
+  t.channels = cfg.channels, t.size = cfg.image_size;
+  t.resize = cfg.resize_size > 0 ? cfg.resize_size : (cfg.image_size * 256 + 112) / 224;
+  t.mean.assign(cfg.mean.begin(), cfg.mean.end());
+  t.std.assign(cfg.std.begin(), cfg.std.end());
+  t.seed = seed;
+  t.dct_scaling = cfg.jpeg_dct_scaling;
+  t.skip_bad = cfg.on_bad_image == config::BadImage::kSkip;
+  return t;
+}
+
 Splits loadImages(const config::DataConfig& cfg, uint64_t seed) {
   const fs::path dir = cfg.path;
   std::vector<std::string> train_paths, val_paths, train_classes, val_classes;
@@ -167,15 +216,9 @@ Splits loadImages(const config::DataConfig& cfg, uint64_t seed) {
       throw UsageError(
           fmt::format("image lists under '{}' hold one class (label 0) only", dir.string()));
   }
-  ImageTransform t;
-  t.channels = cfg.channels, t.size = cfg.image_size;
-  t.resize = cfg.resize_size > 0 ? cfg.resize_size : (cfg.image_size * 256 + 112) / 224;
-  t.mean.assign(cfg.mean.begin(), cfg.mean.end());
-  t.std.assign(cfg.std.begin(), cfg.std.end());
-  t.seed = seed;
+  const ImageTransform t = imageTransform(cfg, seed, false),
+                       train = imageTransform(cfg, seed, true);
   Splits s;
-  ImageTransform train = t;
-  train.train = cfg.augment == config::Augment::kResizedCropFlip;
   s.train.source =
       std::make_shared<ImageFiles>(std::move(train_paths), std::move(train_labels), train);
   s.test.source = std::make_shared<ImageFiles>(std::move(val_paths), std::move(val_labels), t);

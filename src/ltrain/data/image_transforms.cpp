@@ -91,8 +91,32 @@ torch::Tensor evalTransform(const Image& im, int64_t resize, int64_t size) {
 }
 
 torch::Tensor trainTransform(const Image& im, int64_t size, ExampleRng& rng) {
-  auto x = resizedCrop(im, randomResizedCrop(im.height, im.width, rng), size, size);
+  // Drawn on the stored size, so that a DCT-scaled decode crops the same part of the picture.
+  const int64_t fh = im.full_height > 0 ? im.full_height : im.height;
+  const int64_t fw = im.full_width > 0 ? im.full_width : im.width;
+  CropBox box = randomResizedCrop(fh, fw, rng);
+  if (fh != im.height || fw != im.width) {
+    const double sy = static_cast<double>(im.height) / static_cast<double>(fh);
+    const double sx = static_cast<double>(im.width) / static_cast<double>(fw);
+    box.top = std::min(im.height - 1, static_cast<int64_t>(static_cast<double>(box.top) * sy));
+    box.left = std::min(im.width - 1, static_cast<int64_t>(static_cast<double>(box.left) * sx));
+    box.height = std::clamp<int64_t>(std::lround(static_cast<double>(box.height) * sy), 1,
+                                     im.height - box.top);
+    box.width = std::clamp<int64_t>(std::lround(static_cast<double>(box.width) * sx), 1,
+                                    im.width - box.left);
+  }
+  auto x = resizedCrop(im, box, size, size);
   return rng.uniform() < 0.5 ? x.flip({2}) : x;
+}
+
+double evalMinScale(int64_t height, int64_t width, int64_t resize) {
+  return static_cast<double>(resize) / static_cast<double>(std::min(height, width));
+}
+
+double trainMinScale(int64_t height, int64_t width, int64_t size, ExampleRng rng) {
+  // The same draws trainTransform makes next (the generator is a copy).
+  const CropBox box = randomResizedCrop(height, width, rng);
+  return static_cast<double>(size) / static_cast<double>(std::min(box.height, box.width));
 }
 
 }  // namespace ltrain::data

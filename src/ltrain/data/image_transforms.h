@@ -36,7 +36,13 @@ torch::Tensor resizedCrop(const Image& im, const CropBox& box, int64_t out_h, in
 // Evaluation: the shorter side resized to `resize` (the longer one in proportion, truncated as
 // torchvision does), then the central `size` x `size`. Float [C, size, size] in 0..255.
 torch::Tensor evalTransform(const Image& im, int64_t resize, int64_t size);
-// Training: a random resized crop to `size` x `size`, flipped half the time.
+// Training: a random resized crop to `size` x `size`, flipped half the time. The crop is drawn
+// on the stored size (im.full_height x im.full_width) and mapped onto a DCT-scaled decode.
 torch::Tensor trainTransform(const Image& im, int64_t size, ExampleRng& rng);
+
+// The least decode scale each transform keeps its detail at (image_decode.h's MinScale): the
+// shorter side still >= `resize`, or the random crop's sides still >= `size`.
+double evalMinScale(int64_t height, int64_t width, int64_t resize);
+double trainMinScale(int64_t height, int64_t width, int64_t size, ExampleRng rng);
 
 }  // namespace ltrain::data

@@ -10,8 +10,14 @@ Batch makeBatch(const Dataset& ds, const int64_t* indices, int64_t count, bool p
   torch::NoGradGuard no_grad;
   Batch b;
   if (ds.source) {
+    // Allocated here, written once by the source: pinned blocks come back from the CUDA caching
+    // host allocator's pool, so a steady run allocates no new page-locked memory.
+    const auto opts = torch::TensorOptions().pinned_memory(pin);
+    auto shape = ds.source->exampleShape(), tshape = ds.source->targetShape();
+    shape.insert(shape.begin(), count), tshape.insert(tshape.begin(), count);
+    b.inputs = torch::empty(shape, opts.dtype(ds.source->inputType()));
+    b.targets = torch::empty(tshape, opts.dtype(torch::kLong));
     ds.source->gather(indices, count, b.inputs, b.targets);
-    if (pin) b.inputs = b.inputs.pin_memory(), b.targets = b.targets.pin_memory();
     return b;
   }
   auto idx = torch::from_blob(const_cast<int64_t*>(indices), {count}, torch::kLong);

@@ -172,8 +172,6 @@ int64_t TokenBlocks::tokenCount() const {
 void TokenBlocks::gather(const int64_t* indices, int64_t count, torch::Tensor& inputs,
                          torch::Tensor& targets) const {
   const int64_t t = block_size_;
-  inputs = torch::empty({count, t}, torch::kLong);
-  targets = torch::empty({count, t}, torch::kLong);
   auto* in = inputs.data_ptr<int64_t>();
   auto* tg = targets.data_ptr<int64_t>();
   std::vector<int64_t> row(static_cast<size_t>(t + 1));

@@ -39,6 +39,8 @@ class TokenBlocks final : public ExampleSource {
   TokenBlocks(std::vector<TokenShard> shards, int64_t block_size);
   int64_t size() const override { return total_; }
   std::vector<int64_t> exampleShape() const override { return {block_size_}; }
+  torch::ScalarType inputType() const override { return torch::kLong; }
+  std::vector<int64_t> targetShape() const override { return {block_size_}; }
   void gather(const int64_t* indices, int64_t count, torch::Tensor& inputs,
               torch::Tensor& targets) const override;
   void shift(int64_t offset) override { offset_ = offset; }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <numeric>
 
@@ -33,7 +34,8 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
   std::iota(order.begin(), order.end(), begin);
   data::Loader loader(ds, std::move(order), batch_size, false, 0, 1);
   // Summed on the device and read once at the end: no host synchronisation per batch.
-  auto sums = torch::zeros({2}, torch::TensorOptions().dtype(torch::kDouble).device(devices.main));
+  // loss, correct, and targets counted (an image skipped under data.on_bad_image has none).
+  auto sums = torch::zeros({3}, torch::TensorOptions().dtype(torch::kDouble).device(devices.main));
   data::Batch b;
   while (loader.next(b)) {
     AutocastScope autocast(precision, devices.main.type());
@@ -42,15 +44,19 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
     const auto yt = y.to(out.device());
     sums[0] += crossEntropy(out, yt, torch::kSum).to(sums.device(), torch::kDouble);
     sums[1] += out.argmax(-1).eq(yt).sum().to(sums.device(), torch::kDouble);
+    sums[2] += yt.ge(0).sum().to(sums.device(), torch::kDouble);
   }
   model->train();
-  std::vector<double> host{sums[0].item<double>(), sums[1].item<double>()};
+  const auto cpu = sums.cpu();
+  const double* v = cpu.data_ptr<double>();
+  std::vector<double> host(v, v + 3);
   if (pg) host = pg->allreduceSum(host);
-  const auto n = static_cast<double>(ds.targetCount());  // examples, or tokens
+  const double n = std::max(host[2], 1.0);  // examples, or tokens
   return {host[0] / n, host[1] / n};
 }
 
-EvalSummary evaluateWeights(const config::LoadedConfig& lc, const std::string& weights) {
+TrainedClassifier loadTrainedClassifier(const config::LoadedConfig& lc,
+                                        const std::string& weights) {
   const auto& cfg = lc.cfg;
   if (cfg.train.threads > 0) at::set_num_threads(static_cast<int>(cfg.train.threads));
   std::error_code ec;
@@ -60,23 +66,31 @@ EvalSummary evaluateWeights(const config::LoadedConfig& lc, const std::string& w
             ? fmt::format("--checkpoint '{}' is a directory, expected a .pt or .safetensors file",
                           weights)
             : fmt::format("--checkpoint '{}' not found", weights));
-  auto splits = data::loadDataset(cfg.data, static_cast<uint64_t>(cfg.seed), cfg.model.block_size,
-                                  cfg.model.vocab_size);
+  TrainedClassifier t;
+  t.splits = data::loadDataset(cfg.data, static_cast<uint64_t>(cfg.seed), cfg.model.block_size,
+                               cfg.model.vocab_size);
   torch::manual_seed(static_cast<uint64_t>(cfg.seed));
-  auto model = models::build(cfg.model, splits.train.exampleShape(), splits.train.num_classes,
-                             splits.train.tokens);
+  t.model = models::build(cfg.model, t.splits.train.exampleShape(), t.splits.train.num_classes,
+                          t.splits.train.tokens);
   const bool safetensors =
       weights.size() > 12 && weights.substr(weights.size() - 12) == ".safetensors";
   if (safetensors)
-    io::loadModuleState(*model, weights);
+    io::loadModuleState(*t.model, weights);
   else
-    loadCheckpointModel(weights, *model);  // read onto the CPU, whatever device saved it
-  const Devices devices = chooseDevices(cfg, distributed::Runtime{});
-  bindDevice(devices.main);
-  placeModel(model, cfg.model, devices);
-  auto r =
-      evaluate(model, splits.test, cfg.data.eval_batch_size, cfg.train.precision, devices, nullptr);
-  return {r.accuracy, r.loss, splits.test.size(), splits.test.tokens};
+    loadCheckpointModel(weights, *t.model);  // read onto the CPU, whatever device saved it
+  t.devices = chooseDevices(cfg, distributed::Runtime{});
+  bindDevice(t.devices.main);
+  placeModel(t.model, cfg.model, t.devices);
+  t.model->eval();
+  return t;
+}
+
+EvalSummary evaluateWeights(const config::LoadedConfig& lc, const std::string& weights) {
+  auto t = loadTrainedClassifier(lc, weights);
+  const auto& cfg = lc.cfg;
+  auto r = evaluate(t.model, t.splits.test, cfg.data.eval_batch_size, cfg.train.precision,
+                    t.devices, nullptr);
+  return {r.accuracy, r.loss, t.splits.test.size(), t.splits.test.tokens};
 }
 
 }  // namespace ltrain::train

@@ -30,6 +30,16 @@ struct EvalSummary {
   bool language_model = false;  // per-token loss on the text's validation split
 };
 
+// The config's model with weights from a checkpoint (.pt, whatever device wrote it) or a
+// .safetensors file, on the config's device in eval mode, and the dataset it was built for (its
+// shapes, classes and statistics). UsageError for a missing or mismatched file.
+struct TrainedClassifier {
+  data::Splits splits;
+  models::Classifier model{nullptr};
+  Devices devices;
+};
+TrainedClassifier loadTrainedClassifier(const config::LoadedConfig& lc, const std::string& weights);
+
 // `ltrain eval`: the config's model with weights from a checkpoint (.pt, whatever device wrote
 // it) or a .safetensors file, on the test split. UsageError for a missing or mismatched file.
 EvalSummary evaluateWeights(const config::LoadedConfig& lc, const std::string& weights);

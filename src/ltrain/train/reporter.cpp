@@ -77,6 +77,7 @@ void Reporter::train(const TrainReport& r) {
   j["data_wait_ms_per_step"] = r.data_wait_ms_per_step;
   j["data_wait_share"] = r.data_wait_share;
   j["skipped_steps"] = r.skipped_steps;
+  if (r.skipped_images) j["skipped_images"] = *r.skipped_images;
   if (r.loss_scale) j["loss_scale"] = *r.loss_scale;
   if (r.collectives_per_step) j["allreduce_per_step"] = *r.collectives_per_step;
   if (r.comm_wait_ms_per_step) j["comm_wait_ms_per_step"] = *r.comm_wait_ms_per_step;
@@ -120,6 +121,10 @@ void Reporter::summary(const SummaryReport& s) {
   if (s.peak_rss_mb) j["peak_rss_mb"] = *s.peak_rss_mb;
   if (s.peak_cuda_memory_mb) j["peak_cuda_memory_mb"] = *s.peak_cuda_memory_mb;
   if (s.optimizer_state_mb) j["optimizer_state_mb"] = *s.optimizer_state_mb;
+  if (s.skipped_image_files) {
+    j["skipped_images"] = s.skipped_image_files->size();
+    j["skipped_image_files"] = *s.skipped_image_files;
+  }
   if (!s.error.empty()) j["error"] = s.error;
   io::writeFileAtomic(run_dir_ + "/summary.json", io::dumpJsonLine(j) + "\n");
 }

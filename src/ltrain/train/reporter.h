@@ -6,6 +6,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "ltrain/io/tensorboard.h"
 #include "ltrain/train/metrics.h"
@@ -24,6 +25,7 @@ struct TrainReport {
   std::optional<double> collectives_per_step;  // several processes
   std::optional<double> comm_wait_ms_per_step;
   std::optional<double> mfu;  // language models where the devices' peak is known (train/mfu.h)
+  std::optional<int64_t> skipped_images;  // data.on_bad_image skip: draws left out this window
 };
 
 struct EvalReport {
@@ -40,6 +42,8 @@ struct SummaryReport {
   double wall_s = 0, samples_per_s = 0;
   std::optional<double> val_perplexity, first_step_wall_time, peak_rss_mb, optimizer_state_mb;
   std::optional<double> peak_cuda_memory_mb;  // the worst rank's, on CUDA
+  // data.on_bad_image skip: the distinct files left out, over every rank and both splits.
+  std::optional<std::vector<std::string>> skipped_image_files;
   std::string error;
 };
 

@@ -13,6 +13,8 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
+#include <set>
 #include <sstream>
 
 #include "ltrain/common/error_report.h"
@@ -78,6 +80,7 @@ class Trainer {
   void writeSummary(const std::string& status, double wall_s, double samples_per_s,
                     const std::string& error, bool read_device = true);
   double epochLossMean();
+  std::vector<std::string> skippedImageFiles();
   void readTally();
   void stopOnDeferredNonFinite();
 
@@ -110,6 +113,8 @@ class Trainer {
   double paused_s_ = 0, first_step_wall_time_ = 0, peak_rss_mb_ = 0, optimizer_state_mb_ = 0;
   double peak_cuda_mb_ = 0;
   double last_lr_ = 0, last_window_loss_ = std::nan("");
+  int64_t skipped_draws_seen_ = 0;  // data.on_bad_image skip: reported in earlier windows
+  std::optional<std::vector<std::string>> skipped_image_files_;
   Clock::time_point run_start_ = Clock::now();
 };
 
@@ -421,7 +426,18 @@ void Trainer::logWindow(Window& w, double lr) {
   stopOnDeferredNonFinite();
   readTally();
   double loss = tally_->takeWindowMean();
-  if (pg_) loss = pg_->allreduceSum({loss})[0] / rt_.world_size;  // the mean over ranks
+  const bool skip_bad = cfg_.data.on_bad_image == config::BadImage::kSkip && splits_.train.source;
+  double skipped = 0;
+  if (skip_bad) {
+    const int64_t draws = splits_.train.source->skippedDraws();
+    skipped = static_cast<double>(draws - skipped_draws_seen_);
+    skipped_draws_seen_ = draws;
+  }
+  if (pg_) {
+    const auto sums = pg_->allreduceSum({loss, skipped});
+    loss = sums[0] / rt_.world_size;  // the mean over ranks
+    skipped = sums[1];
+  }
   last_window_loss_ = loss;
   TrainReport r;
   r.grad_norm = sync_->gradNorm();  // collective where gradients are sharded
@@ -432,6 +448,7 @@ void Trainer::logWindow(Window& w, double lr) {
   r.data_wait_ms_per_step = 1000.0 * w.data_wait_s / w.steps;
   r.data_wait_share = secs > 0 ? w.data_wait_s / secs : 0.0;
   r.skipped_steps = state_.skipped_steps;
+  if (skip_bad) r.skipped_images = static_cast<int64_t>(skipped);
   r.tokens_per_sample = splits_.train.tokens ? cfg_.model.block_size : 1;
   if (flops_per_token_ > 0 && peak_flops_ > 0)
     r.mfu =
@@ -525,6 +542,7 @@ Summary Trainer::finish(double wall_s, double samples_per_s) {
   peak_rss_mb_ = *std::max_element(per_rank.begin(), per_rank.begin() + w);
   optimizer_state_mb_ = *std::max_element(per_rank.begin() + w, per_rank.begin() + 2 * w);
   peak_cuda_mb_ = *std::max_element(per_rank.begin() + 2 * w, per_rank.end());
+  if (cfg_.data.on_bad_image == config::BadImage::kSkip) skipped_image_files_ = skippedImageFiles();
   writeSummary(s.status, s.wall_s, s.samples_per_s, "");
   return s;
 }
@@ -551,6 +569,33 @@ Summary Trainer::stopOnSignal(double wall_s) {
   return s;
 }
 
+// The files every rank left out (each rank read its own shard), gathered on rank 0 through the
+// store at the end of the run: once, and small.
+std::vector<std::string> Trainer::skippedImageFiles() {
+  std::set<std::string> files;
+  for (const auto* ds : {&splits_.train, &splits_.test})
+    if (ds->source)
+      for (auto& f : ds->source->skippedFiles()) files.insert(f);
+  if (pg_) {
+    std::string mine;
+    for (const auto& f : files) mine += f + '\n';
+    const auto key = [&](int64_t r) { return fmt::format("skipped-images/{}/{}", state_.step, r); };
+    auto store = pg_->store();
+    store->set(key(rt_.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+    if (rt_.rank == 0)
+      for (int64_t r = 1; r < rt_.world_size; ++r) {
+        const auto bytes = store->get(key(r));
+        std::string line;
+        for (auto b : bytes)
+          if (b == '\n')
+            files.insert(line), line.clear();
+          else
+            line += static_cast<char>(b);
+      }
+  }
+  return {files.begin(), files.end()};
+}
+
 void Trainer::writeSummary(const std::string& status, double wall_s, double samples_per_s,
                            const std::string& error, bool read_device) {
   SummaryReport s;
@@ -567,6 +612,7 @@ void Trainer::writeSummary(const std::string& status, double wall_s, double samp
   if (peak_rss_mb_ > 0) s.peak_rss_mb = peak_rss_mb_;
   if (optimizer_state_mb_ > 0) s.optimizer_state_mb = optimizer_state_mb_;
   if (peak_cuda_mb_ > 0) s.peak_cuda_memory_mb = peak_cuda_mb_;
+  s.skipped_image_files = skipped_image_files_;
   s.error = error;
   reporter_.summary(s);
 }
