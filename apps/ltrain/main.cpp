@@ -27,6 +27,7 @@
 
 #include "ltrain/train/evaluate.h"
 #include "ltrain/train/inference.h"
+#include "ltrain/train/loader_speed.h"
 #include "ltrain/train/predict.h"
 #include "ltrain/train/preflight.h"
 #include "ltrain/train/run_dir.h"
@@ -49,6 +50,7 @@ struct Args {
   ltrain::models::SamplingOptions sampling;
   ltrain::launch::LaunchOptions launch;
   ltrain::train::PredictRequest predict;
+  int64_t batches = 0;  // loader-speed
 };
 
 std::string selfExe() {
@@ -153,6 +155,16 @@ int cmdPredict(Args& a) {
                                static_cast<double>(s.correct) / s.labelled, s.labelled)
                  : "",
       s.skipped ? fmt::format("; {} files skipped (data.on_bad_image skip)", s.skipped) : "");
+  return 0;
+}
+
+int cmdLoaderSpeed(const Args& a) {
+  auto lc = ltrain::config::loadConfig(a.config, a.overrides);
+  const auto s = ltrain::train::measureLoader(lc, a.batches);
+  // One JSON line, for bench/image_loader.py and scripts.
+  fmt::print(
+      "{{\"batches\": {}, \"examples\": {}, \"seconds\": {:.4f}, \"examples_per_s\": {:.1f}}}\n",
+      s.batches, s.examples, s.seconds, s.examplesPerSecond());
   return 0;
 }
 
@@ -279,6 +291,17 @@ int main(int argc, char** argv) {
   predict->add_flag("--overwrite", a.predict.overwrite, "Replace --output if it exists");
   predict->footer(keys);
 
+  auto* loader_speed = app.add_subcommand(
+      "loader-speed",
+      "Time the config's training batches alone (loader threads, decoding, augmentation; no "
+      "model): examples/s as a JSON line");
+  loader_speed->add_option("config", a.config, "Experiment config (YAML)")->required();
+  loader_speed->add_option("overrides", a.overrides, "KEY=VALUE overrides");
+  loader_speed->add_option("--batches", a.batches, "Batches to time; 0: one epoch")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  loader_speed->footer(keys);
+
   auto* generate = app.add_subcommand(
       "generate", "Continue a prompt with a trained gpt or llama (KV cache; tokens/s on stderr)");
   addTrainedModelOptions(generate, a);
@@ -358,6 +381,7 @@ int main(int argc, char** argv) {
     if (app.got_subcommand(launch)) return ltrain::launch::runLauncher(lo);
     if (app.got_subcommand(eval)) return cmdEval(a);
     if (app.got_subcommand(predict)) return cmdPredict(a);
+    if (app.got_subcommand(loader_speed)) return cmdLoaderSpeed(a);
     if (app.got_subcommand(generate)) {
       ltrain::train::runGenerate(inferenceRequest(a), a.prompt, a.sampling);
       return 0;

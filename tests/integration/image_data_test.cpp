@@ -1,8 +1,8 @@
 // data.dataset image_folder and image_list on files Pillow writes (tests/parity/image_tools.py):
-// the class rule of torchvision's ImageFolder, the evaluation transform against Pillow's resize
-// and centre crop, Fashion-MNIST as PNG files training as the same arrays in IDX do (2
-// processes), and a file that does not decode stopping the run with its name, worker threads or
-// not.
+// the order of torchvision's ImageFolder, the evaluation transform against torchvision's Resize
+// and CenterCrop, Fashion-MNIST as PNG files training as the same arrays in IDX do (2
+// processes), a file that does not decode stopping the run with its name (worker threads or
+// not) or skipped and counted, and DCT-scaled JPEG decoding against Pillow's draft mode.
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
@@ -46,14 +46,9 @@ TEST_CASE("image_folder's classes and files follow torchvision's ImageFolder", "
   std::vector<std::string> paths, classes;
   std::vector<int64_t> labels;
   ltrain::data::listImageFolder(dir / "ff/train", paths, labels, classes);
-  // ImageFolder's rule computed by Python: classes sorted(d.name for d in os.scandir(root) if
-  // d.is_dir()), label = index, files sorted per class.
-  auto r = runProcess(
-      {LTRAIN_PYTHON, "-c",
-       "import os,sys\nroot=sys.argv[1]\nc=sorted(d.name for d in os.scandir(root) if "
-       "d.is_dir())\nfor i,n in enumerate(c):\n  for f in sorted(os.listdir(os.path.join(root,n)))"
-       ":\n    print(os.path.join(root,n,f), i)\n",
-       dir / "ff/train"});
+  // torchvision.datasets.ImageFolder itself (torchvision pinned beside torch).
+  auto r = runProcess({LTRAIN_PYTHON, kTools, "image-folder-samples", dir / "ff/train"});
+  INFO(r.err);
   REQUIRE(r.exit_code == 0);
   std::ostringstream ours;
   for (size_t i = 0; i < paths.size(); ++i) ours << paths[i] << " " << labels[i] << "\n";
@@ -62,7 +57,7 @@ TEST_CASE("image_folder's classes and files follow torchvision's ImageFolder", "
   CHECK(classes.size() == 10);
 }
 
-TEST_CASE("the evaluation transform is Pillow's resize and centre crop, within 1 level",
+TEST_CASE("the evaluation transform is torchvision's Resize and CenterCrop, within 1 level",
           "[data][image]") {
   TempDir dir;
   tool({"make-decode-set", dir / "set"});
@@ -73,14 +68,15 @@ TEST_CASE("the evaluation transform is Pillow's resize and centre crop, within 1
   for (const auto& [name, pil] : theirs) {
     INFO(name);
     auto im = ltrain::data::decodeImageFile(dir / ("set/" + name), 3);
-    auto ours = ltrain::data::evalTransform(im, 24, 20).permute({1, 2, 0});
+    auto ours = ltrain::data::evalTransform(im, 24, 20).permute({1, 2, 0}).to(torch::kFloat);
     REQUIRE(ours.sizes() == pil.sizes());
     auto diff = (ours - pil.to(torch::kFloat)).abs();
     worst = std::max(worst, diff.max().item<double>());
     mean_sum += diff.mean().item<double>();
   }
-  // Pillow resizes in fixed point on uint8, ATen in float then rounds: measured here max 1 level
-  // of 255, mean 0.13 (14 images: every PNG colour type, JPEG gray, RGB and progressive).
+  // torchvision's PIL path resizes with Pillow in fixed point on uint8, ATen in float then
+  // rounds: measured here max 1 level of 255, mean 0.13 (every PNG colour type, JPEG gray, RGB,
+  // progressive and a 400x300 photo).
   INFO("max " << worst << " mean " << mean_sum / static_cast<double>(theirs.size()));
   CHECK(worst <= 1.0);
   CHECK(mean_sum / static_cast<double>(theirs.size()) <= 0.3);
@@ -211,12 +207,12 @@ TEST_CASE("data.jpeg_dct_scaling decodes large JPEGs smaller and crops the same 
   CHECK(std::min(scaled.height, scaled.width) >= 64);
   CHECK(std::min(scaled.height, scaled.width) < std::min(full.height, full.width) / 2);
   // Both transforms see the same picture: the scaled one within a few levels on average.
-  auto a = ltrain::data::evalTransform(full, 64, 56),
-       b = ltrain::data::evalTransform(scaled, 64, 56);
+  auto a = ltrain::data::evalTransform(full, 64, 56).to(torch::kFloat),
+       b = ltrain::data::evalTransform(scaled, 64, 56).to(torch::kFloat);
   CHECK((a - b).abs().mean().item<double>() < 4.0);
   ltrain::data::ExampleRng r1(3, 0, 5), r2(3, 0, 5);
-  auto ta = ltrain::data::trainTransform(full, 32, r1),
-       tb = ltrain::data::trainTransform(scaled, 32, r2);
+  auto ta = ltrain::data::trainTransform(full, 32, r1).to(torch::kFloat),
+       tb = ltrain::data::trainTransform(scaled, 32, r2).to(torch::kFloat);
   CHECK((ta - tb).abs().mean().item<double>() < 6.0);
   // No scaling asked: Pillow's full-size decode.
   const auto same = ltrain::data::decodeImageFile(jpg, 3, [](int64_t, int64_t) { return 1.0; });

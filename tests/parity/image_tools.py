@@ -1,5 +1,5 @@
-"""The Pillow side of ltrain's image tests: writes test images with Pillow and what Pillow decodes
-from them (no downloads).
+"""The Pillow and torchvision side of ltrain's image tests: writes test images with Pillow and
+what Pillow and torchvision make of them (no downloads).
 
   image_tools.py make-decode-set DIR   (PNG in every colour type and depth, JPEG gray/RGB/4:2:0/
                                         progressive, plus Pillow's pixels: DIR/pillow.safetensors)
@@ -9,8 +9,11 @@ from them (no downloads).
                                         manifest DIR/train.csv, DIR/val.csv, and the same
                                         subsets as IDX files in DIR/idx)
   image_tools.py eval-transform DIR RESIZE SIZE
-                                       (Pillow's Resize(RESIZE, bilinear) + CenterCrop(SIZE) of
-                                        each image in DIR: DIR/eval.safetensors)
+                                       (torchvision's Resize(RESIZE) + CenterCrop(SIZE) on the
+                                        PIL image of each file in DIR: DIR/eval.safetensors)
+  image_tools.py image-folder-samples ROOT
+                                       (torchvision.datasets.ImageFolder(ROOT).samples, a
+                                        "path label" line each)
 """
 import gzip
 import os
@@ -20,6 +23,8 @@ import numpy as np
 import torch
 from PIL import Image
 from safetensors.torch import save_file
+from torchvision import datasets
+from torchvision import transforms as T
 
 
 def pattern(h, w, c, seed):
@@ -129,18 +134,16 @@ def eval_transform(d, resize, size):
         if not (name.endswith(".png") or name.endswith(".jpg")):
             continue
         with Image.open(os.path.join(d, name)) as im:
-            im = im.convert("RGB")
-            w, h = im.size
-            # torchvision's Resize(int) and CenterCrop on a PIL image.
-            if w <= h:
-                nw, nh = resize, int(resize * h / w)
-            else:
-                nw, nh = int(resize * w / h), resize
-            im = im.resize((nw, nh), Image.BILINEAR)
-            top, left = int(round((nh - size) / 2.0)), int(round((nw - size) / 2.0))
-            im = im.crop((left, top, left + size, top + size))
+            # torchvision's own Resize(int) and CenterCrop on the PIL image.
+            im = T.CenterCrop(size)(T.Resize(resize)(im.convert("RGB")))
             out[name] = torch.from_numpy(np.asarray(im).copy())
     save_file(out, os.path.join(d, "eval.safetensors"))
+
+
+def image_folder_samples(root):
+    """torchvision.datasets.ImageFolder's (path, class index) list, one per line."""
+    for path, label in datasets.ImageFolder(root).samples:
+        print(path, label)
 
 
 def main():
@@ -151,6 +154,8 @@ def main():
         fashion_folder(*args)
     elif cmd == "eval-transform":
         eval_transform(*args)
+    elif cmd == "image-folder-samples":
+        image_folder_samples(*args)
     else:
         sys.exit(f"image_tools.py: unknown command {cmd}")
 

@@ -63,6 +63,7 @@ struct ModelConfig {
   bool channels_last;
   std::vector<int64_t> fc;
   int64_t depth;                                // resnet: 18 or 34
+  std::string stem;                             // resnet: auto, cifar or imagenet
   int64_t width;                                // resnet: channels of the first stage
   int64_t n_layer, n_head, n_embd, block_size;  // gpt, llama
   bool tie_weights;           // gpt, llama: the head multiplies by the token embedding

@@ -416,6 +416,13 @@ std::vector<Option> buildSchema() {
           .forModel("cnn"),
       LT_OPT(model.depth, "resnet: 18 or 34 layers (basic blocks 2-2-2-2 or 3-4-6-3)", int64_t{18})
           .forModel("resnet"),
+      LT_OPT(model.stem,
+             "resnet: cifar (a 3x3 stride-1 conv: small images), imagenet (torchvision's 7x7 "
+             "stride-2 conv and 3x3 stride-2 max-pool: photos), or auto (imagenet for images of "
+             "128 pixels a side or more)",
+             S("auto"))
+          .oneOf({"auto", "cifar", "imagenet"})
+          .forModel("resnet"),
       LT_OPT(model.width, "resnet: channels of the first stage (doubled at each of the next three)",
              int64_t{64})
           .atLeast(1)

@@ -46,8 +46,6 @@ ImageFiles::ImageFiles(std::vector<std::string> paths, std::vector<int64_t> labe
 
 void ImageFiles::gather(const int64_t* indices, int64_t count, torch::Tensor& inputs,
                         torch::Tensor& targets) const {
-  auto mean = torch::from_blob(const_cast<float*>(t_.mean.data()), {t_.channels, 1, 1});
-  auto std = torch::from_blob(const_cast<float*>(t_.std.data()), {t_.channels, 1, 1});
   auto* target = targets.data_ptr<int64_t>();
   const int channels = static_cast<int>(t_.channels);
   for (int64_t r = 0; r < count; ++r) {
@@ -74,9 +72,16 @@ void ImageFiles::gather(const int64_t* indices, int64_t count, torch::Tensor& in
       target[r] = -100;
       continue;
     }
-    inputs[r].copy_(x.div_(255.f).sub_(mean).div_(std));
+    inputs[r].copy_(x);  // uint8 to float
     target[r] = labels_[static_cast<size_t>(i)];
   }
+  // (x / 255 - mean) / std as one multiply-add over the whole batch.
+  std::vector<float> scale(t_.mean.size()), shift(t_.mean.size());
+  for (size_t c = 0; c < scale.size(); ++c)
+    scale[c] = 1.f / (255.f * t_.std[c]), shift[c] = -t_.mean[c] / t_.std[c];
+  const auto c = static_cast<int64_t>(scale.size());
+  inputs.mul_(torch::from_blob(scale.data(), {1, c, 1, 1}))
+      .add_(torch::from_blob(shift.data(), {1, c, 1, 1}));
 }
 
 bool ImageFiles::knownBad(int64_t i) const {

