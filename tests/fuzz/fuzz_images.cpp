@@ -17,6 +17,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       if (im.channels != channels || im.height <= 0 || im.width <= 0 ||
           im.pixels.size() != static_cast<size_t>(im.height * im.width * channels))
         std::abort();
+      // DCT-scaled decoding of the same bytes: never larger, the stored size the same.
+      auto small = ltrain::data::decodeImage(data, size, channels, "fuzz input",
+                                             [](int64_t, int64_t) { return 0.25; });
+      if (small.full_height != im.height || small.full_width != im.width ||
+          small.height > im.height || small.width > im.width ||
+          small.pixels.size() != static_cast<size_t>(small.height * small.width * channels))
+        std::abort();
       if (im.height * im.width > 4096) continue;  // transforms of small images only: speed
       auto e = ltrain::data::evalTransform(im, 8, 6);
       ltrain::data::ExampleRng rng(1, 2, 3);
