@@ -113,6 +113,7 @@ struct TrainConfig {
   OnSignal on_signal;   // what SIGTERM/SIGINT do
   DeviceChoice device;  // auto: CUDA when present
   double peak_flops;    // the device's peak for MFU; 0: from the table of known GPUs
+  std::string activation_checkpointing;  // none | blocks | every:N (validate.h reads it)
 };
 
 struct DistConfig {

@@ -538,6 +538,11 @@ std::vector<Option> buildSchema() {
              "to the one before); 0: keep all",
              int64_t{3})
           .atLeast(0),
+      LT_OPT(train.activation_checkpointing,
+             "none, blocks (every transformer or residual block's forward is recomputed in "
+             "backward instead of keeping its activations), or every:N (N consecutive blocks "
+             "share one recomputed run: fewer saved inputs, the same extra forward)",
+             S("none")),
       LT_OPT(train.threads, "Intra-op CPU threads per process; 0: torch's default", int64_t{0})
           .atLeast(0),
       LT_OPT(train.device,

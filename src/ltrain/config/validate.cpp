@@ -110,6 +110,37 @@ void modelShape(const LoadedConfig& lc) {
   }
 }
 
+void activationCheckpointing(const LoadedConfig& lc) {
+  const ExperimentConfig& c = lc.cfg;
+  const std::string& v = c.train.activation_checkpointing;
+  if (v == "none") return;
+  int64_t n = 0;
+  if (v == "blocks") {
+    n = 1;
+  } else if (v.rfind("every:", 0) == 0) {
+    size_t used = 0;
+    try {
+      n = std::stoll(v.substr(6), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used == 0 || used != v.size() - 6) n = 0;
+  }
+  if (n < 1)
+    refuse(lc, "train.activation_checkpointing",
+           fmt::format("train.activation_checkpointing is '{}', expected none, blocks or every:N "
+                       "(N a whole number from 1)",
+                       v));
+  if (c.model.name != "gpt" && c.model.name != "llama" && c.model.name != "resnet")
+    refuse(lc, setOne(lc, "train.activation_checkpointing", "model.name"),
+           fmt::format("train.activation_checkpointing recomputes repeated blocks: model.name "
+                       "gpt, llama or resnet, not {}",
+                       c.model.name));
+  if (c.dist.strategy == Strategy::kDp)
+    refuse(lc, setOne(lc, "train.activation_checkpointing", "dist.strategy"),
+           "train.activation_checkpointing does not combine with dist.strategy dp; use ddp");
+}
+
 void distributedOptions(const LoadedConfig& lc) {
   const ExperimentConfig& c = lc.cfg;
   if (c.model.name == "torchscript") {
@@ -151,6 +182,14 @@ void validate(const LoadedConfig& lc) {
   modelAgainstData(lc);
   modelShape(lc);
   distributedOptions(lc);
+  activationCheckpointing(lc);
+}
+
+int64_t activationCheckpointEvery(const TrainConfig& t) {
+  if (t.activation_checkpointing == "blocks") return 1;
+  if (t.activation_checkpointing.rfind("every:", 0) == 0)
+    return std::stoll(t.activation_checkpointing.substr(6));
+  return 0;
 }
 
 }  // namespace ltrain::config

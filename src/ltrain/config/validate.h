@@ -15,4 +15,8 @@ void validate(const LoadedConfig& lc);
 enum class DataKind { kImages, kFeatures, kTokens };
 DataKind dataKind(const std::string& dataset);
 
+// train.activation_checkpointing as blocks per recomputed run: 0 for none, 1 for blocks, N for
+// every:N (validate() has refused anything else).
+int64_t activationCheckpointEvery(const TrainConfig& t);
+
 }  // namespace ltrain::config

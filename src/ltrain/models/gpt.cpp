@@ -10,6 +10,7 @@
 #include <cmath>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/models/activation_checkpoint.h"
 #include "ltrain/models/decoding.h"
 #include "ltrain/models/layers.h"
 
@@ -107,7 +108,7 @@ struct MlpImpl : torch::nn::Cloneable<MlpImpl> {
 };
 TORCH_MODULE(Mlp);
 
-struct BlockImpl : torch::nn::Cloneable<BlockImpl>, CachedLayer {
+struct BlockImpl : torch::nn::Cloneable<BlockImpl>, CachedLayer, RepeatedBlock {
   BlockImpl(int64_t n_embd, int64_t n_head, double dropout, bool tanh_gelu)
       : n_embd(n_embd), n_head(n_head), dropout(dropout), tanh_gelu(tanh_gelu) {
     reset();

@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/models/activation_checkpoint.h"
 #include "ltrain/models/decoding.h"
 #include "ltrain/models/model.h"
 
@@ -140,7 +141,7 @@ struct SwiGluImpl : torch::nn::Module {
 };
 TORCH_MODULE(SwiGlu);
 
-struct DecoderLayerImpl : torch::nn::Module, CachedLayer {
+struct DecoderLayerImpl : torch::nn::Module, CachedLayer, RepeatedBlock {
   DecoderLayerImpl(const config::ModelConfig& c, std::shared_ptr<RotaryTables> rotary) {
     self_attn = register_module("self_attn", Attention(c, std::move(rotary)));
     mlp = register_module("mlp", SwiGlu(c.n_embd, c.intermediate_size));

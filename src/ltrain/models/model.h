@@ -52,8 +52,13 @@ struct ClassifierImpl : torch::nn::Cloneable<ClassifierImpl> {
   torch::Tensor forward(torch::Tensor x) {
     if (scripted) return scripted->forward(x);
     if (channels_last && x.dim() == 4) x = x.contiguous(at::MemoryFormat::ChannelsLast);
-    return stages.empty() ? layers->forward(x) : pipelineForward(x);
+    if (!stages.empty()) return pipelineForward(x);
+    return checkpoint_segments.empty() ? layers->forward(x) : runLayers(x, 0, layers->size());
   }
+  // train.activation_checkpointing: runs of `every` consecutive repeated blocks (transformer or
+  // residual blocks) are recomputed in backward instead of keeping their activations
+  // (models/activation_checkpoint.h); 0 turns it off. Returns how many runs there are.
+  int64_t useActivationCheckpointing(int64_t every);
   // Converts 4-d weights to channels-last (NHWC) and makes forward() feed images that way:
   // oneDNN (CPU) and cuDNN (GPU) convolutions run faster on that layout. Values are unchanged.
   void useChannelsLast();
@@ -80,9 +85,12 @@ struct ClassifierImpl : torch::nn::Cloneable<ClassifierImpl> {
   std::vector<std::string> layer_prefixes;
   std::shared_ptr<ScriptedModel> scripted;
   bool channels_last = false;
+  std::vector<std::pair<size_t, size_t>> checkpoint_segments;  // layers [first, second)
 
  private:
   torch::Tensor pipelineForward(const torch::Tensor& x);
+  // Layers [begin, end), the checkpointed runs among them recomputed in backward when training.
+  torch::Tensor runLayers(torch::Tensor x, size_t begin, size_t end);
   struct Stage {
     size_t begin, end;  // layers [begin, end)
     torch::Device device;

@@ -90,8 +90,7 @@ torch::Tensor ClassifierImpl::pipelineForward(const torch::Tensor& x) {
       if (m >= m_count) continue;
       const Stage& st = stages[s];
       auto a = acts[m].device() == st.device ? acts[m] : acts[m].to(st.device, true);
-      for (size_t i = st.begin; i < st.end; ++i) a = (layers->begin() + i)->forward(a);
-      acts[m] = a;
+      acts[m] = runLayers(a, st.begin, st.end);
     }
   }
   return torch::cat(acts, 0);

@@ -10,12 +10,13 @@
 #include <algorithm>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/models/activation_checkpoint.h"
 #include "ltrain/models/layers.h"
 
 namespace ltrain::models {
 namespace {
 
-struct BasicBlockImpl : torch::nn::Cloneable<BasicBlockImpl> {
+struct BasicBlockImpl : torch::nn::Cloneable<BasicBlockImpl>, RepeatedBlock {
   BasicBlockImpl(int64_t in, int64_t out, int64_t stride) : in(in), out(out), stride(stride) {
     reset();
   }

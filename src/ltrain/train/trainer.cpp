@@ -21,6 +21,7 @@
 #include "ltrain/common/errors.h"
 #include "ltrain/common/memory.h"
 #include "ltrain/common/stop_signal.h"
+#include "ltrain/config/validate.h"
 #include "ltrain/data/distributed_sampler.h"
 #include "ltrain/data/loader.h"
 #include "ltrain/data/text.h"
@@ -155,6 +156,10 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
     throw UsageError(layerWhere(lc, e.line) + e.what());
   }
   models::loadInitialWeights(model_, cfg_.model);
+  if (const int64_t every = config::activationCheckpointEvery(cfg_.train); every > 0)
+    reporter_.info(
+        fmt::format("activation checkpointing: {} recomputed run(s) of up to {} block(s)",
+                    model_->useActivationCheckpointing(every), every));
   sampler_ = std::make_unique<data::DistributedSampler>(
       splits_.train.size(), rt_.world_size, rt_.rank, cfg_.data.shuffle, cfg_.seed, false);
   batches_per_epoch_ =
