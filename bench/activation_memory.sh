@@ -15,7 +15,7 @@ trap 'rm -rf "$work"' EXIT
 "$py" -c "import random; random.seed(0); print(''.join(random.choice('abcdefghij klmnop\n') for _ in range(400000)))" > "$work/t.txt"
 common=(data.dataset=text "data.path=$work/t.txt" model.name=gpt model.n_layer=8 model.n_head=4
         model.n_embd=128 model.dropout=0.1 train.max_steps=6 train.log_every=3 train.eval_every=0
-        train.threads=2)
+        train.threads=2 data.eval_batch_size=16)
 field() { "$py" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
 echo "| block size | checkpointing | peak RSS MiB | above batch-1 baseline MiB | samples/s |"
 echo "|---|---|---|---|---|"

@@ -1,5 +1,6 @@
 // model.placement=pipeline end to end, on the CPU with two stages: one process, and two processes
-// under DDP, train to the unsplit model's weights (within 1e-5 after 20 steps; measured 4e-7).
+// under DDP, train to the unsplit model's weights (within 1e-5 after 20 steps; measured 4e-7),
+// with GPipe's schedule and with 1F1B.
 // SGD: Adam divides by the root of second moments that are tiny in the first steps, which
 // magnifies the last-bit differences of micro-batch matmuls (2.4e-5 measured with Adam, lr 3e-3).
 #include <torch/torch.h>
@@ -19,8 +20,9 @@ TEST_CASE("a two-stage pipeline trains to the unsplit model's weights, alone and
   ltrain::test::writeText(dir / "c.yaml", "seed: 8\n");
   ltrain::test::writeText(dir / "t.txt", ltrain::test::textCorpus(300));
   for (int procs : {1, 2}) {
-    auto run = [&](const std::string& placement) {
-      const std::string out = dir / (placement + std::to_string(procs));
+    auto run = [&](const std::string& placement, const std::string& schedule = "gpipe") {
+      const std::string out =
+          dir / (placement + (schedule == "gpipe" ? "" : schedule) + std::to_string(procs));
       std::vector<std::string> a{"train",
                                  dir / "c.yaml",
                                  "data.dataset=text",
@@ -37,6 +39,7 @@ TEST_CASE("a two-stage pipeline trains to the unsplit model's weights, alone and
                                  "train.threads=1",
                                  "model.placement=" + placement,
                                  "model.micro_batches=4",
+                                 "model.pipeline_schedule=" + schedule,
                                  "--output-dir",
                                  out};
       if (procs > 1) a.insert(a.begin() + 1, {"--nproc-per-node", std::to_string(procs)});
@@ -57,5 +60,12 @@ TEST_CASE("a two-stage pipeline trains to the unsplit model's weights, alone and
         dir / ("pipeline" + std::to_string(procs) + "/model.safetensors"));
     INFO(procs << " process(es): max |single - pipeline| = " << diff);
     CHECK(diff < 1e-5);
+    // 1F1B: backward per stage and micro-batch, each stage's reduction started before its last.
+    run("pipeline", "1f1b");
+    const double diff_1f1b = ltrain::test::maxWeightDiff(
+        dir / ("single" + std::to_string(procs) + "/model.safetensors"),
+        dir / ("pipeline1f1b" + std::to_string(procs) + "/model.safetensors"));
+    INFO(procs << " process(es): max |single - 1f1b| = " << diff_1f1b);
+    CHECK(diff_1f1b < 1e-5);
   }
 }

@@ -75,6 +75,7 @@ struct ModelConfig {
   double norm_eps;            // llama: RMSNorm epsilon
   Placement placement;
   int64_t pipeline_stages, micro_batches;
+  std::string pipeline_schedule;  // gpipe | 1f1b
 };
 
 struct OptimizerConfig {

@@ -480,6 +480,12 @@ std::vector<Option> buildSchema() {
           .atLeast(2),
       LT_OPT(model.micro_batches, "pipeline: micro-batches each batch is cut into", int64_t{4})
           .atLeast(1),
+      LT_OPT(model.pipeline_schedule,
+             "pipeline: gpipe (every micro-batch forward, then every one backward: all their "
+             "activations alive at once) or 1f1b (after a warm-up, each stage alternates one "
+             "forward and one backward: at most as many micro-batches alive as stages)",
+             S("gpipe"))
+          .oneOf({"gpipe", "1f1b"}),
 
       LT_OPT(optimizer.name, "Optimizer", OptimizerName::kSgd),
       LT_OPT(optimizer.lr, "Peak learning rate", 0.1).positive(),

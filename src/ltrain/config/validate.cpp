@@ -153,6 +153,10 @@ void distributedOptions(const LoadedConfig& lc) {
              "model.name torchscript does not combine with dist.strategy dp (a TorchScript "
              "module is not replicated each step); use ddp");
   }
+  if (c.model.pipeline_schedule == "1f1b" && c.model.placement != Placement::kPipeline)
+    refuse(lc, setOne(lc, "model.pipeline_schedule", "model.placement"),
+           "model.pipeline_schedule 1f1b schedules a pipeline's stages; set model.placement "
+           "pipeline, or leave the schedule gpipe");
   if (c.dist.strategy == Strategy::kDp && c.model.placement == Placement::kPipeline)
     refuse(lc, "dist.strategy", "dist.strategy dp does not combine with model.placement pipeline");
   if (c.dist.backend == Backend::kNccl && c.train.device == DeviceChoice::kCpu)

@@ -52,6 +52,10 @@ class DdpSync final : public GradientSync {
     }
   }
 
+  void beforeLastStageBackward(size_t stage) override {
+    if (stage < stages_.size()) stages_[stage].reducer->prepareBackward(true);
+  }
+
   void finishBackward() override {
     if (stages_.empty()) {
       // One process: the extras are this rank's own values.

@@ -38,6 +38,10 @@ class GradientSync {
   // Before each micro-batch's forward; `last`: its backward completes the step's gradients
   // (earlier ones accumulate locally, as DDP's no_sync). The first one clears the gradients.
   virtual void beforeForward(bool first, bool last) = 0;
+  // model.pipeline_schedule 1f1b: every micro-batch went through beforeForward(.., last=false)
+  // and the next backward through pipeline stage `stage` completes that stage's gradients (its
+  // reduction starts then).
+  virtual void beforeLastStageBackward(size_t /*stage*/) {}
   // After the last micro-batch's backward: the gradients are averaged over ranks.
   virtual void finishBackward() = 0;
   // Multiplies the gradients by `unscale` (fp16's 1/scale, a 1-element tensor; undefined: 1) and

@@ -5,6 +5,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/sequential.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -66,6 +67,24 @@ struct ClassifierImpl : torch::nn::Cloneable<ClassifierImpl> {
   // equal parameter count, moves stage s to devices[s], and makes forward() run GPipe's schedule
   // over `micro_batches` slices of the batch (pipeline.cpp). Parameter names do not change.
   void placePipeline(const std::vector<torch::Device>& devices, int64_t micro_batches);
+  // model.pipeline_schedule 1f1b: training runs each micro-batch's forward and backward
+  // through pipelineStep() instead of forward() then one backward.
+  bool one_f_one_b = false;
+  bool pipelined() const { return !stages.empty(); }
+  // The loss summed over a micro-batch's targets, from its float outputs.
+  using MicroBatchLoss = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>;
+  // One batch's forward and backward under the 1F1B schedule (pipeline.cpp): stage s does
+  // stages - 1 - s warm-up forwards, then alternates a forward and a backward, then the rest of
+  // its backwards, so at most stages - s micro-batches' activations are alive on it. Gradients
+  // accumulate as one backward of (sum of the micro-batches' losses / the batch's target count)
+  // x `scale` would give; `before_last_backward(s)`, when set, runs just before stage s's last
+  // backward (DDP arms that stage's reducer there). Returns the batch's mean loss, detached.
+  torch::Tensor pipelineStep(const torch::Tensor& x, const torch::Tensor& y,
+                             const MicroBatchLoss& loss_sum, const torch::Tensor& scale,
+                             const std::function<void(size_t)>& before_last_backward);
+  // The stage each op of a schedule runs, for tests and the bubble count: per stage, its ops in
+  // order, a forward of micro-batch m as m and its backward as -(m + 1).
+  static std::vector<std::vector<int64_t>> oneFOneBOrder(int64_t stages, int64_t micro_batches);
   // "layers 0-2 on cpu, layers 3-5 on cpu" for the log; empty without a pipeline.
   std::string pipelineSummary() const;
   // Each pipeline stage's parameters (under the model's names) and buffers, first stage first;

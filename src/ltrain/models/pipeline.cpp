@@ -5,9 +5,14 @@
 // autograd engine runs each device's part on that device's own thread. The loss over the
 // concatenated outputs is the unsplit batch's loss, so the gradients are the unsplit model's (up
 // to rounding; dropout draws differ and batch norm sees micro-batch statistics, as in GPipe).
+// model.pipeline_schedule 1f1b (PipeDream-Flush's one-forward-one-backward) runs backward per
+// stage and micro-batch instead: stage boundaries are cut (each stage starts from a detached
+// input) and the gradient at a stage's input is handed to the stage before, so each stage frees a
+// micro-batch's activations as soon as its backward has passed.
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "ltrain/common/errors.h"
@@ -94,6 +99,82 @@ torch::Tensor ClassifierImpl::pipelineForward(const torch::Tensor& x) {
     }
   }
   return torch::cat(acts, 0);
+}
+
+std::vector<std::vector<int64_t>> ClassifierImpl::oneFOneBOrder(int64_t stages_, int64_t micro) {
+  std::vector<std::vector<int64_t>> order(static_cast<size_t>(stages_));
+  for (int64_t s = 0; s < stages_; ++s) {
+    auto& ops = order[static_cast<size_t>(s)];
+    const int64_t warm = std::min(stages_ - 1 - s, micro);
+    for (int64_t m = 0; m < warm; ++m) ops.push_back(m);
+    for (int64_t m = warm; m < micro; ++m) ops.push_back(m), ops.push_back(-(m - warm + 1));
+    for (int64_t m = micro - warm; m < micro; ++m) ops.push_back(-(m + 1));
+  }
+  return order;
+}
+
+torch::Tensor ClassifierImpl::pipelineStep(
+    const torch::Tensor& x, const torch::Tensor& y, const MicroBatchLoss& loss_sum,
+    const torch::Tensor& scale, const std::function<void(size_t)>& before_last_backward) {
+  const auto xs = x.chunk(micro_batches, 0), ys = y.chunk(micro_batches, 0);
+  const auto m_count = static_cast<int64_t>(xs.size());
+  const auto s_count = static_cast<int64_t>(stages.size());
+  const auto order = oneFOneBOrder(s_count, m_count);
+  // The batch's target count on the device (an image skipped under data.on_bad_image has none):
+  // each micro-batch's summed loss over it, as the unsplit batch's mean.
+  const auto last_device = stages.back().device;
+  const auto total = y.ge(0).sum().to(last_device, torch::kFloat).clamp_min(1);
+  const auto factor = scale.to(last_device, torch::kFloat) / total;
+  using Grid = std::vector<std::vector<torch::Tensor>>;
+  Grid in(stages.size(), std::vector<torch::Tensor>(xs.size()));
+  Grid out = in;
+  std::vector<torch::Tensor> losses(xs.size());
+  std::vector<std::vector<char>> forwarded(stages.size(), std::vector<char>(xs.size(), 0));
+  auto backwarded = forwarded;
+  std::vector<size_t> next(stages.size(), 0);
+  auto mean = torch::zeros({}, torch::TensorOptions().device(last_device));
+  // Every stage takes its next op when what it needs is done, stages in order: on GPUs the
+  // stages' kernels then overlap as the schedule intends; on one CPU thread they run in turn.
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (size_t s = 0; s < stages.size(); ++s) {
+      if (next[s] == order[s].size()) continue;
+      const int64_t op = order[s][next[s]];
+      const Stage& st = stages[s];
+      if (op >= 0) {  // forward of micro-batch m
+        const auto m = static_cast<size_t>(op);
+        if (s > 0 && !forwarded[s - 1][m]) continue;
+        torch::Tensor a = s == 0 ? xs[m] : out[s - 1][m].detach();
+        if (a.device() != st.device) a = a.to(st.device, true);
+        if (s > 0 && a.is_floating_point()) a.requires_grad_(true);
+        in[s][m] = a;
+        out[s][m] = runLayers(a, st.begin, st.end);
+        if (s + 1 == stages.size()) {
+          losses[m] = loss_sum(out[s][m].to(torch::kFloat), ys[m].to(st.device)) * factor;
+          mean += losses[m].detach();
+        }
+        forwarded[s][m] = 1;
+      } else {  // backward of micro-batch m
+        const auto m = static_cast<size_t>(-op - 1);
+        if (s + 1 < stages.size() && !backwarded[s + 1][m]) continue;
+        if (m + 1 == xs.size() && before_last_backward) before_last_backward(s);
+        if (s + 1 == stages.size()) {
+          losses[m].backward();
+          losses[m] = torch::Tensor();
+        } else if (in[s + 1][m].defined() && in[s + 1][m].grad().defined()) {
+          torch::autograd::backward({out[s][m]}, {in[s + 1][m].grad().to(st.device, true)});
+        }
+        if (s + 1 < stages.size()) in[s + 1][m] = torch::Tensor();
+        out[s][m] = torch::Tensor();  // the micro-batch's activations on this stage go
+        backwarded[s][m] = 1;
+      }
+      ++next[s];
+      progress = true;
+    }
+  }
+  for (size_t s = 0; s < stages.size(); ++s)
+    TORCH_CHECK(next[s] == order[s].size(), "1F1B schedule stalled at stage ", s);
+  return mean;
 }
 
 }  // namespace ltrain::models

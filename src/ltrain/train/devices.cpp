@@ -57,10 +57,12 @@ void bindDevice(torch::Device d) {
 }
 
 void placeModel(models::Classifier& model, const config::ModelConfig& m, const Devices& d) {
-  if (m.placement == config::Placement::kPipeline)
+  if (m.placement == config::Placement::kPipeline) {
     model->placePipeline(d.stages, m.micro_batches);
-  else
+    model->one_f_one_b = m.pipeline_schedule == "1f1b";
+  } else {
     model->to(d.main);
+  }
 }
 
 torch::Tensor forward(models::Classifier& model, const torch::Tensor& x, const Devices& d) {

@@ -44,11 +44,18 @@ StepResult TrainStep::run(data::Loader& loader, const StepPosition& at, int64_t 
   r.loss = torch::zeros({}, torch::TensorOptions().device(devices_.main));
   for (int64_t i = 0; i < micro_batches; ++i) {
     const data::Batch b = nextBatch(loader, r);
-    sync_.beforeForward(/*first=*/i == 0, /*last=*/i == micro_batches - 1);
+    const bool last = i == micro_batches - 1;
+    // 1F1B arms each stage's reduction itself, just before that stage's last backward.
+    sync_.beforeForward(/*first=*/i == 0, last && !model_->one_f_one_b);
     if (i == 0) snapshotBuffers();
-    torch::Tensor loss = forwardLoss(b, at.step + 1);
-    faults_.duringStep(at.step + 1, loss);
-    backward(loss, micro_batches);
+    torch::Tensor loss;
+    if (model_->one_f_one_b) {
+      loss = pipelineForwardBackward(b, at.step + 1, micro_batches, last);
+    } else {
+      loss = forwardLoss(b, at.step + 1);
+      faults_.duringStep(at.step + 1, loss);
+      backward(loss, micro_batches);
+    }
     r.loss += loss.detach().to(devices_.main) / micro_batches;
     r.samples += b.targets.size(0);
   }
@@ -82,6 +89,28 @@ torch::Tensor TrainStep::forwardLoss(const data::Batch& b, int64_t step) {
   auto y = b.targets.to(devices_.main, /*non_blocking=*/true);
   AutocastScope autocast(cfg_.train.precision, devices_.main.type());
   return crossEntropy(forward(model_, x, devices_).to(torch::kFloat), y);
+}
+
+// model.pipeline_schedule 1f1b: the pipeline runs forward and backward together, micro-batch by
+// micro-batch, with the loss scaled as backward() scales it.
+torch::Tensor TrainStep::pipelineForwardBackward(const data::Batch& b, int64_t step,
+                                                 int64_t micro_batches, bool last) {
+  auto x = b.inputs.to(devices_.main, /*non_blocking=*/true);
+  faults_.beforeForward(step, x);
+  auto y = b.targets.to(devices_.main, /*non_blocking=*/true);
+  AutocastScope autocast(cfg_.train.precision, devices_.main.type());
+  const double k = static_cast<double>(micro_batches);
+  const auto scale = scaler_.enabled() ? scaler_.scaleTensor().reshape({}) / k
+                                       : torch::full({}, 1.0 / k, torch::kFloat);
+  bool first = true;
+  auto loss_sum = [&](const torch::Tensor& out, const torch::Tensor& t) {
+    auto l = crossEntropy(out, t, torch::kSum);
+    if (first) faults_.duringStep(step, l), first = false;
+    return l;
+  };
+  std::function<void(size_t)> arm;
+  if (last) arm = [&](size_t stage) { sync_.beforeLastStageBackward(stage); };
+  return model_->pipelineStep(x, y, loss_sum, scale, arm);
 }
 
 // The mean over micro-batches, scaled up for fp16 so that small gradients survive its range.

@@ -46,6 +46,8 @@ class TrainStep {
  private:
   data::Batch nextBatch(data::Loader& loader, StepResult& r);
   torch::Tensor forwardLoss(const data::Batch& b, int64_t step);
+  torch::Tensor pipelineForwardBackward(const data::Batch& b, int64_t step, int64_t micro_batches,
+                                        bool last);
   void snapshotBuffers();
   void restoreBuffers(const torch::Tensor& found_inf);
   void backward(const torch::Tensor& loss, int64_t micro_batches);
