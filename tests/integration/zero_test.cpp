@@ -1,8 +1,8 @@
-// dist.zero: 1 (ZeRO-1) against plain DDP on real processes: the same weights within 1e-5 after 20
-// steps (AdamW with clipping and decay on matrices only on a GPT, SGD with momentum on an MLP
-// over three ranks, whose buckets
-// do not split evenly), about 1/world of the optimizer state per rank, and checkpoints that
-// resume with or without ZeRO.
+// dist.zero: 1 and 2 (ZeRO-1, ZeRO-2) against plain DDP on real processes: the same weights
+// within 1e-5 after 20 steps (AdamW with clipping and decay on matrices only on a GPT, with grad
+// accumulation under ZeRO-2; SGD with momentum on an MLP over three ranks, whose buckets do not
+// split evenly), about 1/world of the optimizer state per rank (and of the gradients under
+// ZeRO-2), and checkpoints that resume across zero stages.
 #include <torch/torch.h>
 #include <yaml-cpp/yaml.h>
 #include <catch2/catch.hpp>
@@ -83,7 +83,7 @@ TEST_CASE("dist.zero=1 trains a GPT to plain DDP's weights with half the optimiz
                                     dir / "zero-all/model.safetensors") > 1e-4);
 }
 
-TEST_CASE("dist.zero=1 resumes a killed run exactly, and checkpoints cross between modes",
+TEST_CASE("dist.zero=1 resumes a killed run exactly, and checkpoints cross between zero stages",
           "[dist]") {
   TempDir dir;
   ltrain::test::writeText(dir / "c.yaml", "seed: 5\n");
@@ -105,8 +105,9 @@ TEST_CASE("dist.zero=1 resumes a killed run exactly, and checkpoints cross betwe
   // schedule independent of where the run stops.
   auto ref = runLtrain(gpt(dir, dir / "ref", 2, {"dist.zero=0", "scheduler.name=constant"}));
   REQUIRE(ref.exit_code == 0);
-  for (auto [first, second] : {std::pair{"0", "1"}, std::pair{"1", "0"}}) {
-    const std::string run = dir / (std::string("cross") + first);
+  for (auto [first, second] :
+       {std::pair{"0", "1"}, std::pair{"1", "0"}, std::pair{"2", "0"}, std::pair{"1", "2"}}) {
+    const std::string run = dir / (std::string("cross") + first + second);
     auto p1 = runLtrain(
         gpt(dir, run, 2,
             {std::string("dist.zero=") + first, "scheduler.name=constant", "train.max_steps=10"}));
@@ -143,6 +144,43 @@ TEST_CASE("dist.zero=1 with SGD momentum over three ranks matches DDP", "[dist]"
   const double ratio = summaryValue(dir / "z1", "optimizer_state_mb") /
                        summaryValue(dir / "z0", "optimizer_state_mb");
   CHECK(ratio == Approx(1.0 / 3).epsilon(0.05));
+  // ZeRO-2 over the same three ranks: the same weights, a third of the gradients kept.
+  auto z2 = run("2");
+  INFO(z2.out << z2.err);
+  REQUIRE(z2.exit_code == 0);
+  CHECK(ltrain::test::maxWeightDiff(dir / "z0/model.safetensors", dir / "z2/model.safetensors") <
+        1e-5);
+  // DDP keeps each gradient twice (.grad and its bucket), ZeRO-2 a third of it once.
+  const double grads =
+      summaryValue(dir / "z2", "gradient_mb") / summaryValue(dir / "z0", "gradient_mb");
+  CHECK(grads == Approx(1.0 / 6).epsilon(0.1));
+}
+
+TEST_CASE("dist.zero=2 trains a GPT to plain DDP's weights holding 1/world of the gradients",
+          "[dist]") {
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 3\n");
+  ltrain::test::writeText(dir / "t.txt", ltrain::test::textCorpus(400));
+  // Grad accumulation too: the micro-steps before the last accumulate locally, as under DDP.
+  auto ddp = runLtrain(gpt(dir, dir / "ddp", 2, {"dist.zero=0", "train.grad_accum=2"}));
+  INFO(ddp.out << ddp.err);
+  REQUIRE(ddp.exit_code == 0);
+  // Small buckets, so that backward releases them one after another.
+  auto z2 = runLtrain(
+      gpt(dir, dir / "z2", 2, {"dist.zero=2", "train.grad_accum=2", "dist.bucket_cap_mb=0.01"}));
+  INFO(z2.out << z2.err);
+  REQUIRE(z2.exit_code == 0);
+  CHECK_THAT(z2.out, Contains("ZeRO-2"));
+  const double diff =
+      ltrain::test::maxWeightDiff(dir / "ddp/model.safetensors", dir / "z2/model.safetensors");
+  INFO("max |ddp - zero2| = " << diff);
+  CHECK(diff < 1e-5);
+  const double ddp_g = summaryValue(dir / "ddp", "gradient_mb");
+  const double z2_g = summaryValue(dir / "z2", "gradient_mb");
+  INFO("gradients per rank: ddp " << ddp_g << " MiB, zero-2 " << z2_g << " MiB");
+  CHECK(z2_g == Approx(ddp_g / 4).epsilon(0.05));  // DDP: .grad + buckets; ZeRO-2: half, once
+  CHECK(summaryValue(dir / "z2", "optimizer_state_mb") ==
+        Approx(summaryValue(dir / "ddp", "optimizer_state_mb") / 2).epsilon(0.02));
 }
 
 TEST_CASE("dist.zero=1 refuses the options it does not combine with, by name") {

@@ -589,10 +589,11 @@ std::vector<Option> buildSchema() {
       LT_OPT(dist.zero,
              "ZeRO stage: 0, every rank keeps the whole optimizer state; 1, the state is sharded "
              "across ranks (gradients reduce-scattered, each rank updates its slice, parameters "
-             "all-gathered), about 1/world of it per rank",
+             "all-gathered), about 1/world of it per rank; 2, the gradients too: each one dropped "
+             "once in its bucket, each bucket once reduce-scattered, only this rank's slice kept",
              int64_t{0})
           .atLeast(0)
-          .atMost(1),
+          .atMost(2),
   };
 }
 #undef LT_OPT

@@ -162,9 +162,9 @@ void distributedOptions(const LoadedConfig& lc) {
   if (c.dist.backend == Backend::kNccl && c.train.device == DeviceChoice::kCpu)
     refuse(lc, "dist.backend",
            "dist.backend nccl needs CUDA devices, but train.device is cpu; use gloo or auto");
-  if (c.dist.zero == 1) {
+  if (c.dist.zero >= 1) {
     auto zero = [&](const std::string& key, const std::string& what) {
-      refuse(lc, key, fmt::format("dist.zero: 1 does not combine with {}", what));
+      refuse(lc, key, fmt::format("dist.zero: {} does not combine with {}", c.dist.zero, what));
     };
     if (c.train.precision == Precision::kFp16)
       zero(setOne(lc, "train.precision", "dist.zero"),

@@ -50,6 +50,8 @@ BucketReducer::BucketReducer(ReducedTensors tensors, ProcessGroup& pg, ReducerOp
       opts_(std::move(opts)) {
   if (scatters() && opts_.extra_scalars > 0)
     throw std::logic_error("BucketReducer: extra scalars ride on all-reduce buckets only");
+  if (opts_.release_after_reduce && !scatters())
+    throw std::logic_error("BucketReducer: only reduce-scattered buckets can be released");
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> state;
   for (auto& [name, p] : tensors.params) state.push_back(p);
@@ -103,7 +105,8 @@ BucketReducer::BucketReducer(ReducedTensors tensors, ProcessGroup& pg, ReducerOp
                                ? (offset + world_ - 1) / world_ * world_
                                : offset + (last ? static_cast<int64_t>(opts_.extra_scalars) : 0);
     const auto wire = first.options().dtype(wireType(opts_.compression, first.scalar_type()));
-    b.buffer = torch::zeros({length}, wire);
+    b.length = length, b.wire = wire;
+    if (!opts_.release_after_reduce) b.buffer = torch::zeros({length}, wire);
     if (scatters()) b.shard = torch::zeros({length / world_}, wire);
     b.slots = g;
     buckets_.push_back(std::move(b));
@@ -173,6 +176,7 @@ void BucketReducer::markReady(size_t s) {
   Slot& slot = slots_[s];
   Bucket& b = buckets_[slot.bucket];
   torch::NoGradGuard no_grad;
+  if (!b.buffer.defined()) b.buffer = torch::zeros({b.length}, b.wire);  // zeros: the padding
   auto view = b.buffer.narrow(0, slot.offset, slot.numel);
   const auto& grad = slot.param.grad();
   if (grad.defined()) {
@@ -187,6 +191,7 @@ void BucketReducer::markReady(size_t s) {
   } else {
     view.zero_();
   }
+  if (opts_.release_after_reduce) slot.param.mutable_grad().reset();
   if (--b.pending == 0) launchReady();
 }
 
@@ -208,6 +213,16 @@ void BucketReducer::launchReady() {
     }
     ++stats_.collectives;
     if (stats_.first_launch_s < 0) stats_.first_launch_s = now();
+    if (opts_.release_after_reduce && next_launch_ >= 2) {
+      // The bucket before this one: its slice is in, its full buffer goes.
+      Bucket& prev = buckets_[next_launch_ - 2];
+      const auto t0 = std::chrono::steady_clock::now();
+      pg_.wait(prev.work);
+      stats_.bucket_wait_s.push_back(
+          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      prev.work.reset();
+      prev.buffer = torch::Tensor();
+    }
   }
 }
 
@@ -250,9 +265,10 @@ void BucketReducer::finishBackward() {
   }
   for (auto& b : buckets_) {
     auto t0 = std::chrono::steady_clock::now();
-    pg_.wait(b.work);
+    if (b.work) pg_.wait(b.work);  // released buckets were waited for during backward
     stats_.bucket_wait_s.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    if (opts_.release_after_reduce) b.work.reset(), b.buffer = torch::Tensor();
     if (scatters()) continue;  // the shard is the result, for the sharded optimizer
     for (size_t s : b.slots) {
       auto& p = slots_[s].param;
@@ -276,12 +292,20 @@ void BucketReducer::finishBackward() {
   armed_ = false;
 }
 
+int64_t BucketReducer::bufferBytes() const {
+  int64_t n = 0;
+  for (const auto& b : buckets_)
+    for (const auto* t : {&b.buffer, &b.shard})
+      if (t->defined()) n += t->numel() * static_cast<int64_t>(t->element_size());
+  return n;
+}
+
 BucketLayout BucketReducer::layout(size_t i) const {
   const Bucket& b = buckets_.at(i);
   BucketLayout v;
   for (size_t s : b.slots)
     v.params.push_back(slots_[s].param), v.offsets.push_back(slots_[s].offset);
-  v.padded = b.buffer.numel();
+  v.padded = b.length;
   v.shard = b.shard;
   return v;
 }

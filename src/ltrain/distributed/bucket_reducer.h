@@ -30,6 +30,10 @@ struct ReducerOptions {
   // kReduceScatter: rank r receives the averaged gradients of its 1/world slice of each bucket
   // only (BucketLayout::shard); the parameters' .grad are then left as backward wrote them.
   enum class Collective { kAllReduce, kReduceScatter } collective = Collective::kAllReduce;
+  // ZeRO-2 (reduce-scatter only): a parameter's .grad is dropped once copied into its bucket, and
+  // a bucket's buffer once its reduce-scatter is done (the next bucket's launch waits for the one
+  // before, so at most two are alive during backward): only the reduced slices stay.
+  bool release_after_reduce = false;
   // Scalars summed over ranks by the last bucket's all-reduce (no collective of their own; a
   // separate one cost 12% of the 2-process MLP's throughput here). All-reduce only.
   size_t extra_scalars = 0;
@@ -86,6 +90,8 @@ class BucketReducer {
   BucketLayout layout(size_t bucket) const;
   std::vector<std::vector<std::string>> bucketParameterNames() const;
   const ReducerStats& lastStep() const { return stats_; }
+  // Bytes of the buckets' buffers and reduced slices alive now.
+  int64_t bufferBytes() const;
 
  private:
   struct Slot {
@@ -96,7 +102,9 @@ class BucketReducer {
   };
   struct Bucket {
     std::vector<size_t> slots;
-    torch::Tensor buffer;
+    torch::Tensor buffer;  // undefined between steps under release_after_reduce
+    int64_t length = 0;
+    torch::TensorOptions wire;
     size_t pending = 0;
     c10::intrusive_ptr<c10d::Work> work;
     torch::Tensor shard;  // reduce-scatter: this rank's slice of the reduced buffer

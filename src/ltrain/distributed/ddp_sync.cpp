@@ -104,6 +104,14 @@ class DdpSync final : public GradientSync {
     return distributed::optimizerStateBytes(*optimizer_);
   }
 
+  int64_t gradientBytes() const override {
+    int64_t n = 0;
+    for (const auto& st : stages_) n += st.reducer->bufferBytes();
+    for (const auto& p : model_->parameters())
+      if (p.grad().defined()) n += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
+    return n;
+  }
+
   SyncStats lastStep() const override {
     SyncStats s;
     for (const auto& st : stages_) {
@@ -153,7 +161,7 @@ std::unique_ptr<GradientSync> makeDdpSync(SyncSetup setup) {
 }
 
 std::unique_ptr<GradientSync> makeGradientSync(SyncSetup setup) {
-  const bool sharded = setup.pg && setup.pg->runtime().world_size > 1 && setup.dist.zero == 1;
+  const bool sharded = setup.pg && setup.pg->runtime().world_size > 1 && setup.dist.zero >= 1;
   return sharded ? makeZero1Sync(std::move(setup)) : makeDdpSync(std::move(setup));
 }
 

@@ -73,6 +73,9 @@ class GradientSync {
   virtual void loadWholeOptimizer(const torch::optim::Optimizer& whole) = 0;
   // Bytes of optimizer state this rank holds.
   virtual int64_t optimizerStateBytes() const = 0;
+  // Bytes of gradients this rank holds after a step: the parameters' .grad, the buckets' buffers
+  // and its reduced slices, each counted once.
+  virtual int64_t gradientBytes() const = 0;
 
   virtual SyncStats lastStep() const = 0;
   // For the start-up line: "on gloo with 3 gradient buckets", "" for one process.
@@ -96,7 +99,7 @@ struct SyncSetup {
   std::function<void(float*)> fill_extras;
 };
 
-// DDP's all-reduce, or ZeRO-1 (dist.zero: 1) with more than one process.
+// DDP's all-reduce, or ZeRO-1/2 (dist.zero: 1 or 2) with more than one process.
 std::unique_ptr<GradientSync> makeGradientSync(SyncSetup setup);
 
 // One file each; makeGradientSync picks.

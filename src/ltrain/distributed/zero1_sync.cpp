@@ -1,4 +1,6 @@
-// GradientSync for ZeRO stage 1 (dist.zero: 1): the optimizer state is sharded across ranks.
+// GradientSync for ZeRO stages 1 and 2 (dist.zero: 1, 2): the optimizer state is sharded across
+// ranks, and under stage 2 the gradients as well (the reducer keeps only each bucket's reduced
+// slice: ReducerOptions::release_after_reduce).
 // The bucket reducer reduce-scatters each bucket, so each rank receives the averaged gradients of
 // its 1/world slice; it updates that slice of the flattened parameters with its own optimizer,
 // and an all-gather gives every rank all updated parameters. Per element this is the same
@@ -24,12 +26,14 @@ class Zero1Sync final : public GradientSync {
         pg_(*s.pg),
         rank_(pg_.runtime().rank),
         world_(pg_.runtime().world_size),
+        stage_(s.dist.zero),
         make_optimizer_(std::move(s.make_optimizer)),
         extra_count_(s.extra_scalars),
         fill_extras_(std::move(s.fill_extras)) {
     ReducerOptions o;
     o.bucket_cap_mb = s.dist.bucket_cap_mb;
     o.collective = ReducerOptions::Collective::kReduceScatter;
+    o.release_after_reduce = stage_ >= 2;
     reducer_ = std::make_unique<BucketReducer>(ReducedTensors::of(*model_), pg_, o);
     has_buffers_ = !model_->buffers().empty();
     torch::NoGradGuard no_grad;
@@ -101,6 +105,14 @@ class Zero1Sync final : public GradientSync {
 
   int64_t optimizerStateBytes() const override { return distributed::optimizerStateBytes(*opt_); }
 
+  int64_t gradientBytes() const override {
+    // The slices are the flat parameters' .grad too: counted once, in the reducer.
+    int64_t n = reducer_->bufferBytes();
+    for (const auto& p : model_->parameters())
+      if (p.grad().defined()) n += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
+    return n;
+  }
+
   SyncStats lastStep() const override {
     SyncStats s;
     s.collectives = reducer_->lastStep().collectives;
@@ -109,8 +121,8 @@ class Zero1Sync final : public GradientSync {
   }
 
   std::string describe() const override {
-    return fmt::format("on {} with {} gradient buckets, ZeRO-1", pg_.backendName(),
-                       reducer_->bucketCount());
+    return fmt::format("on {} with {} gradient buckets, ZeRO-{}", pg_.backendName(),
+                       reducer_->bucketCount(), stage_);
   }
 
  private:
@@ -150,6 +162,7 @@ class Zero1Sync final : public GradientSync {
   std::shared_ptr<torch::nn::Module> model_;
   ProcessGroup& pg_;
   int64_t rank_, world_;
+  int64_t stage_;  // 1 or 2
   GradientSync::MakeOptimizer make_optimizer_;
   size_t extra_count_;
   std::function<void(float*)> fill_extras_;

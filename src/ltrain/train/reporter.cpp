@@ -121,6 +121,7 @@ void Reporter::summary(const SummaryReport& s) {
   if (s.peak_rss_mb) j["peak_rss_mb"] = *s.peak_rss_mb;
   if (s.peak_cuda_memory_mb) j["peak_cuda_memory_mb"] = *s.peak_cuda_memory_mb;
   if (s.optimizer_state_mb) j["optimizer_state_mb"] = *s.optimizer_state_mb;
+  if (s.gradient_mb) j["gradient_mb"] = *s.gradient_mb;
   if (s.skipped_image_files) {
     j["skipped_images"] = s.skipped_image_files->size();
     j["skipped_image_files"] = *s.skipped_image_files;

@@ -112,7 +112,7 @@ class Trainer {
   EvalResult last_eval_;
   int64_t last_eval_step_ = -1, last_ckpt_step_ = -1, start_step_ = 0;
   double paused_s_ = 0, first_step_wall_time_ = 0, peak_rss_mb_ = 0, optimizer_state_mb_ = 0;
-  double peak_cuda_mb_ = 0;
+  double peak_cuda_mb_ = 0, gradient_mb_ = 0;
   double last_lr_ = 0, last_window_loss_ = std::nan("");
   int64_t skipped_draws_seen_ = 0;  // data.on_bad_image skip: reported in earlier windows
   std::optional<std::vector<std::string>> skipped_image_files_;
@@ -539,14 +539,18 @@ Summary Trainer::finish(double wall_s, double samples_per_s) {
   // The worst rank's peak memory and optimizer state (a sum of one-hot vectors stands in for a
   // max-reduction): ZeRO's point is that the state shrinks.
   const auto w = static_cast<std::ptrdiff_t>(rt_.world_size);
-  std::vector<double> per_rank(3 * rt_.world_size, 0.0);
+  constexpr double kMiB = 1024.0 * 1024.0;
+  std::vector<double> per_rank(4 * rt_.world_size, 0.0);
   per_rank[rt_.rank] = peakRssMb();
-  per_rank[w + rt_.rank] = static_cast<double>(sync_->optimizerStateBytes()) / (1024.0 * 1024.0);
+  per_rank[w + rt_.rank] = static_cast<double>(sync_->optimizerStateBytes()) / kMiB;
   if (devices_.main.is_cuda()) per_rank[2 * w + rt_.rank] = peakCudaMemoryMb(devices_.main.index());
+  per_rank[3 * w + rt_.rank] = static_cast<double>(sync_->gradientBytes()) / kMiB;
   if (pg_) per_rank = pg_->allreduceSum(per_rank);
-  peak_rss_mb_ = *std::max_element(per_rank.begin(), per_rank.begin() + w);
-  optimizer_state_mb_ = *std::max_element(per_rank.begin() + w, per_rank.begin() + 2 * w);
-  peak_cuda_mb_ = *std::max_element(per_rank.begin() + 2 * w, per_rank.end());
+  auto worst = [&](std::ptrdiff_t k) {
+    return *std::max_element(per_rank.begin() + k * w, per_rank.begin() + (k + 1) * w);
+  };
+  peak_rss_mb_ = worst(0), optimizer_state_mb_ = worst(1), peak_cuda_mb_ = worst(2);
+  gradient_mb_ = worst(3);
   if (cfg_.data.on_bad_image == config::BadImage::kSkip) skipped_image_files_ = skippedImageFiles();
   writeSummary(s.status, s.wall_s, s.samples_per_s, "");
   return s;
@@ -616,6 +620,7 @@ void Trainer::writeSummary(const std::string& status, double wall_s, double samp
   if (first_step_wall_time_ > 0) s.first_step_wall_time = first_step_wall_time_;
   if (peak_rss_mb_ > 0) s.peak_rss_mb = peak_rss_mb_;
   if (optimizer_state_mb_ > 0) s.optimizer_state_mb = optimizer_state_mb_;
+  if (gradient_mb_ > 0) s.gradient_mb = gradient_mb_;
   if (peak_cuda_mb_ > 0) s.peak_cuda_memory_mb = peak_cuda_mb_;
   s.skipped_image_files = skipped_image_files_;
   s.error = error;
