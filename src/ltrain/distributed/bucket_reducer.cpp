@@ -179,7 +179,9 @@ void BucketReducer::markReady(size_t s) {
   if (!b.buffer.defined()) b.buffer = torch::zeros({b.length}, b.wire);  // zeros: the padding
   auto view = b.buffer.narrow(0, slot.offset, slot.numel);
   const auto& grad = slot.param.grad();
-  if (grad.defined()) {
+  if (viewsGrad(slot) && grad.defined() && grad.data_ptr() == view.data_ptr()) {
+    view.div_(world_);  // backward accumulated into the bucket itself
+  } else if (grad.defined()) {
     // Divide before the sum, as PyTorch does, so low-precision sums do not overflow; with
     // compression, divide before the cast too, so a large gradient is not inf in fp16 already.
     if (view.scalar_type() != grad.scalar_type()) {
@@ -192,6 +194,9 @@ void BucketReducer::markReady(size_t s) {
     view.zero_();
   }
   if (opts_.release_after_reduce) slot.param.mutable_grad().reset();
+  // PyTorch's gradient_as_bucket_view: .grad becomes the bucket's slice (what backward wrote is
+  // freed), so the averaged gradient needs no copy back and is held once.
+  if (viewsGrad(slot)) slot.param.mutable_grad() = view.view(slot.param.sizes());
   if (--b.pending == 0) launchReady();
 }
 
@@ -273,6 +278,7 @@ void BucketReducer::finishBackward() {
     for (size_t s : b.slots) {
       auto& p = slots_[s].param;
       auto reduced = b.buffer.narrow(0, slots_[s].offset, slots_[s].numel).view(p.sizes());
+      if (p.grad().defined() && p.grad().data_ptr() == reduced.data_ptr()) continue;  // a view
       if (p.grad().defined())
         p.mutable_grad().copy_(reduced);
       else
@@ -292,12 +298,18 @@ void BucketReducer::finishBackward() {
   armed_ = false;
 }
 
-int64_t BucketReducer::bufferBytes() const {
-  int64_t n = 0;
-  for (const auto& b : buckets_)
-    for (const auto* t : {&b.buffer, &b.shard})
-      if (t->defined()) n += t->numel() * static_cast<int64_t>(t->element_size());
-  return n;
+bool BucketReducer::viewsGrad(const Slot& slot) const {
+  // Not where the wire dtype differs (compression), a slice is all a rank keeps (reduce-scatter),
+  // or the parameter's layout is not the flat slice's (channels-last weights).
+  const Bucket& b = buckets_[slot.bucket];
+  return !scatters() && b.buffer.scalar_type() == slot.param.scalar_type() &&
+         slot.param.is_contiguous();
+}
+
+std::vector<torch::Tensor> BucketReducer::bufferTensors() const {
+  std::vector<torch::Tensor> out;
+  for (const auto& b : buckets_) out.push_back(b.buffer), out.push_back(b.shard);
+  return out;
 }
 
 BucketLayout BucketReducer::layout(size_t i) const {

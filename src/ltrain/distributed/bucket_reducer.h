@@ -1,8 +1,10 @@
 // Gradient buckets reduced while backward runs, as PyTorch's DDP reducer: parameters grouped
 // into buckets (reverse registration order, first 1 MiB then bucket_cap_mb, by dtype and
-// device); a post-accumulate hook per parameter copies its gradient / world into its bucket; a
-// complete bucket's collective starts at once, in bucket order on every rank, while backward goes
-// on. finishBackward() waits for them and writes the averaged gradients back.
+// device); a post-accumulate hook per parameter copies its gradient / world into its bucket and
+// makes .grad a view of that slice (PyTorch's gradient_as_bucket_view); a complete bucket's
+// collective starts at once, in bucket order on every rank, while backward goes on.
+// finishBackward() waits for them; the averaged gradients are then in .grad (copied back only
+// where a view cannot be: compression, channels-last weights).
 // It knows nothing of what it serves: the collective (all-reduce, or reduce-scatter for sharded
 // optimizers) is an option, and extra scalars summed with the last bucket are the caller's.
 #pragma once
@@ -90,8 +92,8 @@ class BucketReducer {
   BucketLayout layout(size_t bucket) const;
   std::vector<std::vector<std::string>> bucketParameterNames() const;
   const ReducerStats& lastStep() const { return stats_; }
-  // Bytes of the buckets' buffers and reduced slices alive now.
-  int64_t bufferBytes() const;
+  // The buckets' buffers and reduced slices alive now (for memory accounting).
+  std::vector<torch::Tensor> bufferTensors() const;
 
  private:
   struct Slot {
@@ -111,6 +113,7 @@ class BucketReducer {
   };
   friend struct GradReadyHook;
   void markReady(size_t slot);
+  bool viewsGrad(const Slot& slot) const;
   void launchReady();  // under mu_
   void broadcastCoalesced(const std::vector<torch::Tensor>& tensors);
   bool scatters() const { return opts_.collective == ReducerOptions::Collective::kReduceScatter; }

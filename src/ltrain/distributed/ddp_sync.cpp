@@ -45,7 +45,10 @@ class DdpSync final : public GradientSync {
   }
 
   void beforeForward(bool first, bool last) override {
-    if (first) optimizer_->zero_grad();
+    // Set to none by hand: LibTorch's zero_grad() detaches in place first, which a gradient that
+    // is a view of its bucket refuses (as PyTorch's does under gradient_as_bucket_view).
+    if (first)
+      for (auto& p : model_->parameters()) p.mutable_grad().reset();
     for (auto& st : stages_) {
       st.reducer->prepareBackward(last);
       if (st.has_buffers) st.reducer->broadcastBuffers();
@@ -105,11 +108,11 @@ class DdpSync final : public GradientSync {
   }
 
   int64_t gradientBytes() const override {
-    int64_t n = 0;
-    for (const auto& st : stages_) n += st.reducer->bufferBytes();
-    for (const auto& p : model_->parameters())
-      if (p.grad().defined()) n += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
-    return n;
+    std::vector<torch::Tensor> tensors;  // a .grad that is a view of its bucket counts once
+    for (const auto& st : stages_)
+      for (auto& t : st.reducer->bufferTensors()) tensors.push_back(t);
+    for (const auto& p : model_->parameters()) tensors.push_back(p.grad());
+    return distinctStorageBytes(tensors);
   }
 
   SyncStats lastStep() const override {

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <set>
 
 namespace ltrain::distributed {
 
@@ -53,6 +54,15 @@ void clipToNorm(const std::vector<torch::Tensor>& grads, const torch::Tensor& no
     if (!c.defined()) c = coef.to(g.device());
     const_cast<torch::Tensor&>(g).mul_(c);
   }
+}
+
+int64_t distinctStorageBytes(const std::vector<torch::Tensor>& tensors) {
+  std::set<const void*> seen;
+  int64_t n = 0;
+  for (const auto& t : tensors)
+    if (t.defined() && seen.insert(t.storage().unsafeGetStorageImpl()).second)
+      n += static_cast<int64_t>(t.storage().nbytes());
+  return n;
 }
 
 }  // namespace ltrain::distributed

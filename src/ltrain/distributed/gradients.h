@@ -27,4 +27,8 @@ torch::Tensor sumOfAllSquares(const std::vector<torch::Tensor>& grads);
 void clipToNorm(const std::vector<torch::Tensor>& grads, const torch::Tensor& norm,
                 double max_norm);
 
+// Bytes of the distinct storages behind `tensors` (undefined ones skipped): a gradient that is a
+// view of its bucket counts once.
+int64_t distinctStorageBytes(const std::vector<torch::Tensor>& tensors);
+
 }  // namespace ltrain::distributed

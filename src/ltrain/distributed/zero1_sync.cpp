@@ -106,11 +106,9 @@ class Zero1Sync final : public GradientSync {
   int64_t optimizerStateBytes() const override { return distributed::optimizerStateBytes(*opt_); }
 
   int64_t gradientBytes() const override {
-    // The slices are the flat parameters' .grad too: counted once, in the reducer.
-    int64_t n = reducer_->bufferBytes();
-    for (const auto& p : model_->parameters())
-      if (p.grad().defined()) n += p.grad().numel() * static_cast<int64_t>(p.grad().element_size());
-    return n;
+    auto tensors = reducer_->bufferTensors();  // the slices are the flat parameters' .grad too
+    for (const auto& p : model_->parameters()) tensors.push_back(p.grad());
+    return distinctStorageBytes(tensors);
   }
 
   SyncStats lastStep() const override {
