@@ -252,3 +252,21 @@ TEST_CASE(
   CHECK(readText(run + "/checkpoints/plot.png") == "PNG");
   CHECK(readText(run + "/analysis/table.csv") == "a,b\n");
 }
+
+TEST_CASE("loader-speed times the config's batches and says how many it timed") {
+  auto r = runLtrain({"loader-speed", std::string(LTRAIN_SOURCE_DIR) + "/configs/quickstart.yaml",
+                      "data.dataset=synthetic", "data.synthetic_train_samples=640",
+                      "data.batch_size=64", "--batches", "6"});
+  INFO(r.err);
+  REQUIRE(r.exit_code == 0);
+  const auto j = ltrain::io::parseJsonOrDiscard(r.out);
+  REQUIRE_FALSE(j.is_discarded());
+  CHECK(j["batches"].get<int>() == 5);  // the first batch, the threads' start, left out
+  CHECK(j["examples"].get<int>() == 5 * 64);
+  CHECK(j["examples_per_s"].get<double>() > 0);
+  auto few = runLtrain({"loader-speed", std::string(LTRAIN_SOURCE_DIR) + "/configs/quickstart.yaml",
+                        "data.dataset=synthetic", "data.synthetic_train_samples=64",
+                        "data.batch_size=64"});
+  CHECK(few.exit_code == 2);
+  CHECK_THAT(few.err, Contains("fewer than 2 batches"));
+}

@@ -4,6 +4,9 @@
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
+#include <set>
+#include <vector>
+
 #include "ltrain/config/schema.h"
 #include "ltrain/models/model.h"
 
@@ -27,13 +30,30 @@ ltrain::models::Classifier make(const std::string& name, double dropout = 0.2) {
   return ltrain::models::build(modelConfig(name, dropout), {8}, 13, /*tokens=*/true);
 }
 
+// Nodes of the loss's autograd graph that recompute checkpointed runs.
+int64_t recomputeNodes(const torch::Tensor& loss) {
+  std::set<const torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> todo{loss.grad_fn().get()};
+  int64_t n = 0;
+  while (!todo.empty()) {
+    auto* node = todo.back();
+    todo.pop_back();
+    if (!node || !seen.insert(node).second) continue;
+    n += node->name() == "ltrain::CheckpointBackward";
+    for (const auto& e : node->next_edges()) todo.push_back(e.function.get());
+  }
+  return n;
+}
+
 // One training forward and backward from the same generator state; the loss.
-double step(ltrain::models::Classifier& m, const torch::Tensor& x, const torch::Tensor& y) {
+double step(ltrain::models::Classifier& m, const torch::Tensor& x, const torch::Tensor& y,
+            int64_t* recomputed = nullptr) {
   torch::manual_seed(11);
   m->train();
   auto out = m->forward(x);
   auto loss = out.dim() == 3 ? torch::nn::functional::cross_entropy(out.flatten(0, 1), y.flatten())
                              : torch::nn::functional::cross_entropy(out, y);
+  if (recomputed) *recomputed = recomputeNodes(loss);
   loss.backward();
   return loss.item<double>();
 }
@@ -74,8 +94,12 @@ TEST_CASE("checkpointed blocks give the plain gradients with dropout on: gpt, ll
         x = torch::randint(13, {6, 8}, torch::kLong);
         y = torch::randint(13, {6, 8}, torch::kLong);
       }
-      const double lp = step(plain, x, y), lc = step(ckpt, x, y);
+      int64_t in_plain = -1, in_ckpt = -1;
+      const double lp = step(plain, x, y, &in_plain), lc = step(ckpt, x, y, &in_ckpt);
       CHECK(lc == Approx(lp).epsilon(1e-6));
+      // The runs really are recomputed: one node each in the graph, none without.
+      CHECK(in_plain == 0);
+      CHECK(in_ckpt == runs);
       sameGradients(plain, ckpt);
       // Evaluation runs the layers plainly, and agrees too.
       torch::NoGradGuard no_grad;

@@ -22,11 +22,6 @@ std::string lower(std::string s) {
   return s;
 }
 
-bool decodable(const fs::path& p) {
-  const std::string e = lower(p.extension().string());
-  return e == ".jpg" || e == ".jpeg" || e == ".png";
-}
-
 // Extensions torchvision's ImageFolder takes that ltrain does not decode: refused, not skipped,
 // so that a class never silently loses its images.
 bool otherImage(const fs::path& p) {
@@ -37,12 +32,17 @@ bool otherImage(const fs::path& p) {
 }  // namespace
 
 bool isImageFile(const std::string& path) {
-  return decodable(path);
+  const std::string e = lower(fs::path(path).extension().string());
+  return e == ".jpg" || e == ".jpeg" || e == ".png";
 }
 
 ImageFiles::ImageFiles(std::vector<std::string> paths, std::vector<int64_t> labels,
                        ImageTransform t)
-    : paths_(std::move(paths)), labels_(std::move(labels)), t_(std::move(t)) {}
+    : paths_(std::move(paths)), labels_(std::move(labels)), t_(std::move(t)) {
+  // (x / 255 - mean) / std as one multiply-add per batch.
+  for (size_t c = 0; c < t_.mean.size(); ++c)
+    scale_.push_back(1.f / (255.f * t_.std[c])), shift_.push_back(-t_.mean[c] / t_.std[c]);
+}
 
 void ImageFiles::gather(const int64_t* indices, int64_t count, torch::Tensor& inputs,
                         torch::Tensor& targets) const {
@@ -59,7 +59,7 @@ void ImageFiles::gather(const int64_t* indices, int64_t count, torch::Tensor& in
               ? MinScale([&](int64_t h, int64_t w) { return trainMinScale(h, w, t_.size, rng); })
               : MinScale([&](int64_t h, int64_t w) { return evalMinScale(h, w, t_.resize); });
     torch::Tensor x;
-    if (!knownBad(i)) try {
+    if (!t_.skip_bad || !knownBad(i)) try {
         const Image im = decodeImageFile(path, channels, min_scale);
         x = t_.train ? trainTransform(im, t_.size, rng) : evalTransform(im, t_.resize, t_.size);
       } catch (const UsageError& e) {
@@ -75,13 +75,9 @@ void ImageFiles::gather(const int64_t* indices, int64_t count, torch::Tensor& in
     inputs[r].copy_(x);  // uint8 to float
     target[r] = labels_[static_cast<size_t>(i)];
   }
-  // (x / 255 - mean) / std as one multiply-add over the whole batch.
-  std::vector<float> scale(t_.mean.size()), shift(t_.mean.size());
-  for (size_t c = 0; c < scale.size(); ++c)
-    scale[c] = 1.f / (255.f * t_.std[c]), shift[c] = -t_.mean[c] / t_.std[c];
-  const auto c = static_cast<int64_t>(scale.size());
-  inputs.mul_(torch::from_blob(scale.data(), {1, c, 1, 1}))
-      .add_(torch::from_blob(shift.data(), {1, c, 1, 1}));
+  const auto c = static_cast<int64_t>(scale_.size());
+  inputs.mul_(torch::from_blob(const_cast<float*>(scale_.data()), {1, c, 1, 1}))
+      .add_(torch::from_blob(const_cast<float*>(shift_.data()), {1, c, 1, 1}));
 }
 
 bool ImageFiles::knownBad(int64_t i) const {
@@ -91,7 +87,7 @@ bool ImageFiles::knownBad(int64_t i) const {
 
 void ImageFiles::markBad(int64_t i, const char* why) const {
   std::lock_guard<std::mutex> lk(bad_mu_);
-  if (!bad_.emplace(i, bad_files_.size()).second) return;
+  if (!bad_.insert(i).second) return;
   bad_files_.push_back(paths_[static_cast<size_t>(i)]);
   spdlog::warn("skipped: {} (data.on_bad_image skip)", why);
 }
@@ -127,7 +123,7 @@ void listImageFolder(const std::string& dir, std::vector<std::string>& paths,
         if (otherImage(e.path()))
           throw UsageError(
               fmt::format("image '{}': ltrain reads JPEG and PNG files only", e.path().string()));
-        if (decodable(e.path()))
+        if (isImageFile(e.path().string()))
           files.emplace_back(e.path().parent_path().string(), e.path().filename().string());
       }
       if (files.empty())

@@ -8,8 +8,8 @@
 // centre crop (data/image_transforms.h), then (x / 255 - mean) / std per channel.
 #pragma once
 #include <atomic>
-#include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,12 +51,13 @@ class ImageFiles final : public ExampleSource {
   void markBad(int64_t i, const char* why) const;
 
   ImageTransform t_;
+  std::vector<float> scale_, shift_;  // per channel: the normalisation as x * scale + shift
   int64_t epoch_ = 0;
   // Files found bad, kept so that later epochs do not decode them again (loader threads share
   // them).
   mutable std::mutex bad_mu_;
-  mutable std::map<int64_t, size_t> bad_;  // example -> its place in bad_files_
-  mutable std::vector<std::string> bad_files_;
+  mutable std::set<int64_t> bad_;               // examples
+  mutable std::vector<std::string> bad_files_;  // their files, in the order found
   mutable std::atomic<int64_t> skipped_draws_{0};
 };
 

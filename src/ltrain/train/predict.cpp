@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <numeric>
 #include <sstream>
 
 #include "ltrain/common/errors.h"
@@ -88,7 +89,7 @@ Inputs imageInputs(const config::DataConfig& cfg, uint64_t seed,
   // Targets carry the row number, so that a file skipped under data.on_bad_image (target -100)
   // is told apart from the rest.
   std::vector<int64_t> rows(paths.size());
-  for (size_t i = 0; i < rows.size(); ++i) rows[i] = static_cast<int64_t>(i);
+  std::iota(rows.begin(), rows.end(), 0);
   in.examples.source = std::make_shared<data::ImageFiles>(std::move(paths), std::move(rows),
                                                           data::imageTransform(cfg, seed, false));
   return in;
@@ -147,7 +148,7 @@ PredictSummary runPredict(const PredictRequest& req) {
   PredictSummary sum;
   const int64_t n = in.examples.size();
   std::vector<int64_t> order(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) order[static_cast<size_t>(i)] = i;
+  std::iota(order.begin(), order.end(), 0);
   data::Loader loader(in.examples, std::move(order), cfg.data.eval_batch_size, false,
                       cfg.data.num_workers, cfg.data.prefetch);
   torch::NoGradGuard no_grad;
@@ -158,6 +159,8 @@ PredictSummary runPredict(const PredictRequest& req) {
     auto logits = forward(t.model, b.inputs.to(t.devices.main), t.devices).to(torch::kFloat);
     auto [p, idx] = torch::softmax(logits, -1).topk(k, -1);
     p = p.cpu(), idx = idx.cpu();
+    const auto pa = p.accessor<float, 2>();
+    const auto ia = idx.accessor<int64_t, 2>();
     const auto* rows = b.targets.data_ptr<int64_t>();
     for (int64_t r = 0; r < b.targets.size(0); ++r, ++row) {
       const auto label = in.labels[static_cast<size_t>(row)];
@@ -169,10 +172,10 @@ PredictSummary runPredict(const PredictRequest& req) {
         continue;
       }
       for (int64_t j = 0; j < k; ++j)
-        csv << "," << csvField(classes[static_cast<size_t>(idx[r][j].item<int64_t>())]) << ","
-            << fmt::format("{:.6g}", p[r][j].item<float>());
+        csv << "," << csvField(classes[static_cast<size_t>(ia[r][j])]) << ","
+            << fmt::format("{:.6g}", pa[r][j]);
       csv << "\n";
-      if (label >= 0) ++sum.labelled, sum.correct += idx[r][0].item<int64_t>() == label;
+      if (label >= 0) ++sum.labelled, sum.correct += ia[r][0] == label;
     }
   }
   sum.rows = row;
