@@ -123,8 +123,11 @@ struct DistConfig {
   bool find_unused_parameters;
   int64_t timeout_s;
   Compression grad_compression;
-  int64_t zero;       // 0: every rank holds the whole optimizer state; 1: ZeRO-1, sharded
-  Strategy strategy;  // ddp (a process per device) | dp (one process, every local GPU)
+  int64_t zero;        // 0: every rank holds the whole optimizer state; 1: ZeRO-1, sharded;
+                       // 2: gradients too; 3: parameters too (dist.strategy fsdp sets it)
+  Strategy strategy;   // ddp (a process per device) | dp (one process, every local GPU) | fsdp
+  FsdpUnit fsdp_unit;  // dist.zero 3: what one all-gathered unit is
+  bool fsdp_prefetch;  // dist.zero 3: the next unit's all-gather issued while this one computes
 };
 
 struct ExperimentConfig {

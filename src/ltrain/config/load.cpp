@@ -222,6 +222,12 @@ void modelDefaults(LoadedConfig& lc) {
     lc.cfg.optimizer.decay = Decay::kMatrices;
     lc.sources["optimizer.decay"] = fmt::format("default (model {})", lc.cfg.model.name);
   }
+  // dist.strategy fsdp is ZeRO-3 by its other name (an explicit other stage is refused by
+  // validate()).
+  if (lc.cfg.dist.strategy == Strategy::kFsdp && !lc.explicitly_set.count("dist.zero")) {
+    lc.cfg.dist.zero = 3;
+    lc.sources["dist.zero"] = "default (dist.strategy fsdp)";
+  }
 }
 
 }  // namespace

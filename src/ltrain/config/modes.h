@@ -12,7 +12,8 @@ namespace ltrain::config {
 
 enum class Precision { kFp32, kBf16, kFp16 };
 enum class Placement { kSingle, kPipeline };
-enum class Strategy { kDdp, kDp };
+enum class Strategy { kDdp, kDp, kFsdp };
+enum class FsdpUnit { kBlock, kModel };
 enum class Backend { kAuto, kNccl, kGloo };
 enum class Compression { kNone, kBf16, kFp16 };
 enum class NonFinite { kStop, kSkip };
@@ -40,7 +41,8 @@ struct EnumNames;
 LT_ENUM_NAMES(Precision, {Precision::kFp32, "fp32"}, {Precision::kBf16, "bf16"},
               {Precision::kFp16, "fp16"});
 LT_ENUM_NAMES(Placement, {Placement::kSingle, "single"}, {Placement::kPipeline, "pipeline"});
-LT_ENUM_NAMES(Strategy, {Strategy::kDdp, "ddp"}, {Strategy::kDp, "dp"});
+LT_ENUM_NAMES(Strategy, {Strategy::kDdp, "ddp"}, {Strategy::kDp, "dp"}, {Strategy::kFsdp, "fsdp"});
+LT_ENUM_NAMES(FsdpUnit, {FsdpUnit::kBlock, "block"}, {FsdpUnit::kModel, "model"});
 LT_ENUM_NAMES(Backend, {Backend::kAuto, "auto"}, {Backend::kNccl, "nccl"},
               {Backend::kGloo, "gloo"});
 LT_ENUM_NAMES(Compression, {Compression::kNone, "none"}, {Compression::kBf16, "bf16"},

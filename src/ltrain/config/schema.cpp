@@ -145,6 +145,7 @@ LT_ENUM_TRAITS(TokenFormat);
 LT_ENUM_TRAITS(Gelu);
 LT_ENUM_TRAITS(Decay);
 LT_ENUM_TRAITS(BadImage);
+LT_ENUM_TRAITS(FsdpUnit);
 #undef LT_ENUM_TRAITS
 
 // model.layers: a list of layers, each a name ("relu") or a one-key mapping of the name to its
@@ -584,16 +585,29 @@ std::vector<Option> buildSchema() {
       LT_OPT(dist.strategy,
              "ddp: one process per device, gradients all-reduced (the default); dp: one process "
              "drives every visible GPU with LibTorch's data_parallel (replicas made each step, as "
-             "torch.nn.DataParallel), for users coming from it; on the CPU one replica",
+             "torch.nn.DataParallel), for users coming from it; on the CPU one replica; fsdp: "
+             "fully sharded data parallel, the same as ddp with dist.zero 3",
              Strategy::kDdp),
       LT_OPT(dist.zero,
              "ZeRO stage: 0, every rank keeps the whole optimizer state; 1, the state is sharded "
              "across ranks (gradients reduce-scattered, each rank updates its slice, parameters "
              "all-gathered), about 1/world of it per rank; 2, the gradients too: each one dropped "
-             "once in its bucket, each bucket once reduce-scattered, only this rank's slice kept",
+             "once in its bucket, each bucket once reduce-scattered, only this rank's slice kept; "
+             "3, the parameters too (FSDP): each unit's parameters all-gathered just before its "
+             "forward and its backward and freed after, its gradients reduce-scattered when its "
+             "backward ends",
              int64_t{0})
           .atLeast(0)
-          .atMost(2),
+          .atMost(3),
+      LT_OPT(dist.fsdp_unit,
+             "dist.zero 3: block, each top-level layer (embedding, transformer or residual block, "
+             "head; layers sharing a weight together) is one unit gathered at a time; model, the "
+             "whole model is one",
+             FsdpUnit::kBlock),
+      LT_OPT(dist.fsdp_prefetch,
+             "dist.zero 3: start the next unit's all-gather (in forward and in backward) while "
+             "this one computes",
+             true),
   };
 }
 #undef LT_OPT

@@ -162,6 +162,11 @@ void distributedOptions(const LoadedConfig& lc) {
   if (c.dist.backend == Backend::kNccl && c.train.device == DeviceChoice::kCpu)
     refuse(lc, "dist.backend",
            "dist.backend nccl needs CUDA devices, but train.device is cpu; use gloo or auto");
+  if (c.dist.strategy == Strategy::kFsdp && c.dist.zero != 3)
+    refuse(lc, "dist.zero",
+           fmt::format("dist.strategy fsdp shards the parameters, which is dist.zero 3, but "
+                       "dist.zero is {}; leave dist.zero out or set it to 3",
+                       c.dist.zero));
   if (c.dist.zero >= 1) {
     auto zero = [&](const std::string& key, const std::string& what) {
       refuse(lc, key, fmt::format("dist.zero: {} does not combine with {}", c.dist.zero, what));
@@ -178,6 +183,10 @@ void distributedOptions(const LoadedConfig& lc) {
       zero(setOne(lc, "model.placement", "dist.zero"),
            "model.placement pipeline (a bucket's slices would span the stages' devices)");
   }
+  if (c.dist.zero == 3 && c.model.name == "torchscript")
+    refuse(lc, setOne(lc, "model.name", "dist.zero"),
+           "dist.zero: 3 does not combine with model.name torchscript (its parameters are "
+           "gathered around ltrain's own layers, which a TorchScript module does not have)");
 }
 
 }  // namespace

@@ -61,13 +61,19 @@ BucketReducer::BucketReducer(ReducedTensors tensors, ProcessGroup& pg, ReducerOp
   // Buckets: parameters in reverse registration order (roughly the order backward produces their
   // gradients), a bucket per (dtype, device) open at a time, closed when it reaches its limit.
   std::vector<std::pair<std::string, torch::Tensor>> params;
+  std::vector<int64_t> group_of;          // the caller's group of each, when it chose them
   std::set<const c10::TensorImpl*> seen;  // a tied weight appears under each of its names: keep one
-  for (const auto& [name, p] : tensors.params)
-    if (p.requires_grad() && seen.insert(p.unsafeGetTensorImpl()).second)
-      params.emplace_back(name, p);
+  for (size_t i = 0; i < tensors.params.size(); ++i) {
+    const auto& [name, p] = tensors.params[i];
+    if (!p.requires_grad() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
+    params.emplace_back(name, p);
+    group_of.push_back(opts_.groups.empty() ? -1 : opts_.groups.at(i));
+  }
   std::reverse(params.begin(), params.end());
+  std::reverse(group_of.begin(), group_of.end());
   std::map<std::string, std::vector<size_t>> open;  // key -> slots of the open bucket
   std::map<std::string, int64_t> open_bytes, closed_count;
+  std::map<int64_t, std::vector<size_t>> chosen;  // the caller's groups
   std::vector<std::vector<size_t>> groups;
   auto close = [&](const std::string& key) {
     if (open[key].empty()) return;
@@ -76,15 +82,21 @@ BucketReducer::BucketReducer(ReducedTensors tensors, ProcessGroup& pg, ReducerOp
     open_bytes[key] = 0;
     ++closed_count[key];
   };
-  for (auto& [name, p] : params) {
-    const std::string key = fmt::format("{}/{}", c10::toString(p.scalar_type()), p.device().str());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, p] = params[i];
     slots_.push_back({p, name, 0, 0, p.numel()});
+    if (!opts_.groups.empty()) {
+      chosen[group_of[i]].push_back(slots_.size() - 1);
+      continue;
+    }
+    const std::string key = fmt::format("{}/{}", c10::toString(p.scalar_type()), p.device().str());
     open[key].push_back(slots_.size() - 1);
     open_bytes[key] += p.numel() * static_cast<int64_t>(p.element_size());
     const double limit_mb = closed_count[key] == 0 ? opts_.first_bucket_mb : opts_.bucket_cap_mb;
     if (open_bytes[key] >= static_cast<int64_t>(limit_mb * 1024 * 1024)) close(key);
   }
   for (auto& [key, s] : open) close(key);
+  for (auto& [group, s] : chosen) groups.push_back(s);
   // Same order on every rank: by the position of each bucket's first parameter.
   std::sort(groups.begin(), groups.end(),
             [](const auto& a, const auto& b) { return a.front() < b.front(); });
@@ -112,6 +124,8 @@ BucketReducer::BucketReducer(ReducedTensors tensors, ProcessGroup& pg, ReducerOp
     buckets_.push_back(std::move(b));
   }
   ready_.assign(slots_.size(), 0);
+  seen_.assign(slots_.size(), 0);
+  seen_per_bucket_.assign(buckets_.size(), 0);
   for (size_t s = 0; s < slots_.size(); ++s)
     torch::autograd::impl::set_post_acc_grad_hooks(slots_[s].param,
                                                    std::make_unique<GradReadyHook>(this, s));
@@ -157,6 +171,8 @@ void BucketReducer::broadcastBuffers() {
 void BucketReducer::prepareBackward(bool sync) {
   std::lock_guard<std::mutex> lk(mu_);
   armed_ = sync;
+  std::fill(seen_.begin(), seen_.end(), 0);
+  std::fill(seen_per_bucket_.begin(), seen_per_bucket_.end(), 0);
   if (!sync) return;
   std::fill(ready_.begin(), ready_.end(), 0);
   // Work left from a step that threw must finish before its buffers are written again.
@@ -171,6 +187,11 @@ void BucketReducer::prepareBackward(bool sync) {
 
 void BucketReducer::markReady(size_t s) {
   std::lock_guard<std::mutex> lk(mu_);
+  if (opts_.on_bucket_grads && !seen_[s]) {
+    seen_[s] = 1;
+    const size_t b = slots_[s].bucket;
+    if (++seen_per_bucket_[b] == buckets_[b].slots.size()) opts_.on_bucket_grads(b);
+  }
   if (!armed_ || ready_[s]) return;
   ready_[s] = 1;
   Slot& slot = slots_[s];

@@ -39,6 +39,12 @@ struct ReducerOptions {
   // Scalars summed over ranks by the last bucket's all-reduce (no collective of their own; a
   // separate one cost 12% of the 2-process MLP's throughput here). All-reduce only.
   size_t extra_scalars = 0;
+  // Buckets the caller chose (dist.zero 3's units): per entry of ReducedTensors::params, its
+  // group; one group's parameters form one bucket whatever its size. Empty: by size, as above.
+  std::vector<int64_t> groups;
+  // Runs (under the reducer's lock) once every parameter of bucket b got its gradient in a
+  // backward, armed or not (no_sync): dist.zero 3 frees the unit's gathered parameters there.
+  std::function<void(size_t)> on_bucket_grads;
 };
 
 struct ReducerStats {
@@ -126,6 +132,8 @@ class BucketReducer {
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
   std::vector<char> ready_;
+  std::vector<char> seen_;  // on_bucket_grads: gradients seen in this backward
+  std::vector<size_t> seen_per_bucket_;
   int64_t extras_offset_ = -1;  // where the extra scalars sit in the last bucket, or -1
   std::function<void(float*)> fill_extras_;
   torch::Tensor extras_;

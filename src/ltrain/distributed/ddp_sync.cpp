@@ -115,6 +115,8 @@ class DdpSync final : public GradientSync {
     return distinctStorageBytes(tensors);
   }
 
+  int64_t parameterBytes() const override { return distinctStorageBytes(model_->parameters()); }
+
   SyncStats lastStep() const override {
     SyncStats s;
     for (const auto& st : stages_) {

@@ -4,8 +4,9 @@
 //   optimizerStep(lr).
 // Implementations, one file each: ddp_sync.cpp (every rank keeps the whole model and optimizer;
 // gradients all-reduced in buckets during backward; one process: nothing to reduce) and
-// zero1_sync.cpp (ZeRO-1: gradients reduce-scattered, each rank steps its slice, parameters
-// all-gathered).
+// zero1_sync.cpp (ZeRO-1/2: gradients reduce-scattered, each rank steps its slice, parameters
+// all-gathered; ZeRO-3: the parameters stay sharded and are gathered unit by unit around each
+// layer's forward and backward, sharded_parameters.h).
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
@@ -17,6 +18,7 @@
 
 #include "ltrain/config/experiment_config.h"
 #include "ltrain/distributed/bucket_reducer.h"
+#include "ltrain/models/layer_hooks.h"
 
 namespace ltrain::distributed {
 
@@ -76,6 +78,10 @@ class GradientSync {
   // Bytes of gradients this rank holds after a step: the parameters' .grad, the buckets' buffers
   // and its reduced slices, each counted once.
   virtual int64_t gradientBytes() const = 0;
+  // Bytes of parameters this rank holds between steps (the model's, and any flat copies).
+  virtual int64_t parameterBytes() const = 0;
+  // ZeRO-3: the most bytes of gathered units' parameters alive at once so far; else 0.
+  virtual int64_t gatheredPeakBytes() const { return 0; }
 
   virtual SyncStats lastStep() const = 0;
   // For the start-up line: "on gloo with 3 gradient buckets", "" for one process.
@@ -97,9 +103,13 @@ struct SyncSetup {
   config::DistConfig dist;
   size_t extra_scalars = 0;
   std::function<void(float*)> fill_extras;
+  // dist.zero 3: each top-level layer's parameters, and how to install the hooks that run around
+  // each layer's forward (null: uninstall).
+  std::vector<std::vector<torch::Tensor>> layer_params;
+  std::function<void(std::shared_ptr<models::LayerHooks>)> set_layer_hooks;
 };
 
-// DDP's all-reduce, or ZeRO-1/2 (dist.zero: 1 or 2) with more than one process.
+// DDP's all-reduce, or ZeRO-1/2/3 (dist.zero: 1, 2 or 3) with more than one process.
 std::unique_ptr<GradientSync> makeGradientSync(SyncSetup setup);
 
 // One file each; makeGradientSync picks.

@@ -1,19 +1,24 @@
-// GradientSync for ZeRO stages 1 and 2 (dist.zero: 1, 2): the optimizer state is sharded across
-// ranks, and under stage 2 the gradients as well (the reducer keeps only each bucket's reduced
-// slice: ReducerOptions::release_after_reduce).
+// GradientSync for ZeRO stages 1, 2 and 3 (dist.zero: 1, 2, 3): the optimizer state is sharded
+// across ranks, under stage 2 the gradients as well (the reducer keeps only each bucket's reduced
+// slice: ReducerOptions::release_after_reduce), and under stage 3 the parameters too: each
+// bucket is then one unit of layers, whose flat slice is all a rank keeps of its parameters
+// (sharded_parameters.h gathers them around each unit's forward and backward).
 // The bucket reducer reduce-scatters each bucket, so each rank receives the averaged gradients of
 // its 1/world slice; it updates that slice of the flattened parameters with its own optimizer,
-// and an all-gather gives every rank all updated parameters. Per element this is the same
-// arithmetic as plain DDP, so the weights agree to rounding; the optimizer state per rank is
-// about 1/world of it.
+// and an all-gather gives every rank all updated parameters (stage 3: the next forward's). Per
+// element this is the same arithmetic as plain DDP, so the weights agree to rounding; the optimizer
+// state per rank is about 1/world of it.
 #include <fmt/format.h>
 #include <torch/torch.h>
+
+#include <map>
 
 #include "ltrain/distributed/bucket_reducer.h"
 #include "ltrain/distributed/gradient_sync.h"
 #include "ltrain/distributed/gradients.h"
 #include "ltrain/distributed/optimizer_state.h"
 #include "ltrain/distributed/process_group.h"
+#include "ltrain/distributed/sharded_parameters.h"
 #include "ltrain/optim/fused.h"
 
 namespace ltrain::distributed {
@@ -34,7 +39,22 @@ class Zero1Sync final : public GradientSync {
     o.bucket_cap_mb = s.dist.bucket_cap_mb;
     o.collective = ReducerOptions::Collective::kReduceScatter;
     o.release_after_reduce = stage_ >= 2;
-    reducer_ = std::make_unique<BucketReducer>(ReducedTensors::of(*model_), pg_, o);
+    auto tensors = ReducedTensors::of(*model_);
+    std::vector<int64_t> unit_of_layer;
+    std::map<const c10::TensorImpl*, int64_t> unit_of;  // stage 3: each parameter's unit
+    if (stage_ == 3) {
+      unit_of_layer = unitsOfLayers(s.layer_params, s.dist.fsdp_unit);
+      for (size_t l = 0; l < s.layer_params.size(); ++l)
+        for (const auto& p : s.layer_params[l]) unit_of[p.unsafeGetTensorImpl()] = unit_of_layer[l];
+      for (const auto& [name, p] : tensors.params) {
+        auto it = unit_of.find(p.unsafeGetTensorImpl());
+        if (it == unit_of.end())
+          throw std::logic_error("dist.zero 3: parameter " + name + " is in no layer");
+        o.groups.push_back(it->second);
+      }
+      o.on_bucket_grads = [this](size_t b) { sharded_->release(unit_of_bucket_[b]); };
+    }
+    reducer_ = std::make_unique<BucketReducer>(std::move(tensors), pg_, o);
     has_buffers_ = !model_->buffers().empty();
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> slices, masks;
@@ -54,6 +74,11 @@ class Zero1Sync final : public GradientSync {
       shards_.push_back(std::move(sh));
     }
     opt_ = make_optimizer_(slices, masks);
+    if (stage_ == 3) shardParameters(unit_of, std::move(unit_of_layer), s);
+  }
+
+  ~Zero1Sync() override {
+    if (set_layer_hooks_) set_layer_hooks_(nullptr);
   }
 
   void beforeForward(bool first, bool last) override {
@@ -63,7 +88,10 @@ class Zero1Sync final : public GradientSync {
     if (has_buffers_) reducer_->broadcastBuffers();
   }
 
-  void finishBackward() override { reducer_->finishBackward(); }
+  void finishBackward() override {
+    reducer_->finishBackward();
+    if (sharded_) sharded_->releaseAll();  // a unit whose gradients never all came
+  }
 
   torch::Tensor findInf(const torch::Tensor& unscale) override {
     auto found = unscaleAndFindInf(shardGradients(), unscale);
@@ -82,14 +110,20 @@ class Zero1Sync final : public GradientSync {
     for (auto& group : opt_->param_groups()) group.options().set_lr(lr);
     optim::setFoundInf(*opt_, found_inf);
     opt_->step();
-    allGatherParameters();
+    if (sharded_)
+      reduceExtras();  // the next forward gathers the parameters
+    else
+      allGatherParameters();
   }
 
   void discardGradients() override {
     torch::NoGradGuard no_grad;
     for (auto& s : shards_) s.bucket.shard.zero_();
     // The step's extras still reach every rank: a skipped step gathers nothing else.
-    allGatherParameters();
+    if (sharded_)
+      reduceExtras();
+    else
+      allGatherParameters();
   }
 
   torch::Tensor extras() const override { return extras_; }
@@ -98,7 +132,11 @@ class Zero1Sync final : public GradientSync {
     optim::syncStepsToHost(*opt_);
     auto whole = make_optimizer_(model_->parameters(), {});
     gatherStateInto(*whole);
-    if (rank_ == 0) write(*whole);
+    if (!sharded_) {
+      if (rank_ == 0) write(*whole);
+      return;
+    }
+    sharded_->withWholeOnHost(rank_ == 0, [&] { write(*whole); });
   }
 
   void loadWholeOptimizer(const torch::optim::Optimizer& whole) override;
@@ -111,6 +149,17 @@ class Zero1Sync final : public GradientSync {
     return distinctStorageBytes(tensors);
   }
 
+  int64_t parameterBytes() const override {
+    if (sharded_) return sharded_->shardBytes() + sharded_->gatheredBytes();
+    auto tensors = model_->parameters();  // and the flat slices the optimizer steps
+    for (const auto& s : shards_) tensors.push_back(s.param);
+    return distinctStorageBytes(tensors);
+  }
+
+  int64_t gatheredPeakBytes() const override {
+    return sharded_ ? sharded_->peakGatheredBytes() : 0;
+  }
+
   SyncStats lastStep() const override {
     SyncStats s;
     s.collectives = reducer_->lastStep().collectives;
@@ -119,6 +168,9 @@ class Zero1Sync final : public GradientSync {
   }
 
   std::string describe() const override {
+    if (sharded_)
+      return fmt::format("on {}, ZeRO-3 over {} unit(s){}", pg_.backendName(),
+                         sharded_->unitCount(), prefetch_ ? " with prefetch" : "");
     return fmt::format("on {} with {} gradient buckets, ZeRO-{}", pg_.backendName(),
                        reducer_->bucketCount(), stage_);
   }
@@ -155,12 +207,15 @@ class Zero1Sync final : public GradientSync {
   }
 
   void allGatherParameters();
+  void reduceExtras();
+  void shardParameters(const std::map<const c10::TensorImpl*, int64_t>& unit_of,
+                       std::vector<int64_t> unit_of_layer, const SyncSetup& s);
   void gatherStateInto(torch::optim::Optimizer& whole);
 
   std::shared_ptr<torch::nn::Module> model_;
   ProcessGroup& pg_;
   int64_t rank_, world_;
-  int64_t stage_;  // 1 or 2
+  int64_t stage_;  // 1, 2 or 3
   GradientSync::MakeOptimizer make_optimizer_;
   size_t extra_count_;
   std::function<void(float*)> fill_extras_;
@@ -169,7 +224,47 @@ class Zero1Sync final : public GradientSync {
   std::unique_ptr<torch::optim::Optimizer> opt_;
   torch::Tensor extras_;
   bool has_buffers_ = false;
+  // Stage 3: the sharded parameters (installed as the model's layer hooks) and each bucket's unit.
+  std::shared_ptr<ShardedParameters> sharded_;
+  std::vector<size_t> unit_of_bucket_;
+  std::function<void(std::shared_ptr<models::LayerHooks>)> set_layer_hooks_;
+  bool prefetch_ = false;
 };
+
+// Each bucket is one unit: its flat slice becomes the only copy of its parameters this rank
+// keeps.
+void Zero1Sync::shardParameters(const std::map<const c10::TensorImpl*, int64_t>& unit_of,
+                                std::vector<int64_t> unit_of_layer, const SyncSetup& s) {
+  const int64_t units =
+      unit_of_layer.empty() ? 0 : *std::max_element(unit_of_layer.begin(), unit_of_layer.end()) + 1;
+  if (units != static_cast<int64_t>(shards_.size()))
+    throw std::logic_error("dist.zero 3: a unit without trainable parameters");
+  std::vector<ShardedParameters::UnitInit> init(shards_.size());
+  for (size_t b = 0; b < shards_.size(); ++b) {
+    const auto u =
+        static_cast<size_t>(unit_of.at(shards_[b].bucket.params.front().unsafeGetTensorImpl()));
+    unit_of_bucket_.push_back(u);
+    init[u] = {shards_[b].bucket, shards_[b].param};
+  }
+  prefetch_ = s.dist.fsdp_prefetch;
+  sharded_ = std::make_shared<ShardedParameters>(pg_, std::move(init), std::move(unit_of_layer),
+                                                 prefetch_);
+  set_layer_hooks_ = s.set_layer_hooks;
+  if (!set_layer_hooks_) throw std::logic_error("dist.zero 3 needs the model's layer hooks");
+  set_layer_hooks_(sharded_);
+}
+
+// Stage 3 has no all-gather after the step for the extras to ride on: they get an all-reduce.
+void Zero1Sync::reduceExtras() {
+  if (extra_count_ == 0) return;
+  std::vector<float> v(extra_count_, 0.f);
+  if (fill_extras_) fill_extras_(v.data());
+  auto t = torch::empty({static_cast<int64_t>(v.size())}, shards_.front().param.detach().options());
+  for (size_t i = 0; i < v.size(); ++i) t[static_cast<int64_t>(i)].fill_(v[i]);
+  std::vector<at::Tensor> io{t};
+  pg_.wait(pg_.backend()->allreduce(io));
+  extras_ = io[0];
+}
 
 // Every bucket's all-gather is started before any is waited on; the extras ride on the last one
 // (each rank's row carries its values, summed over the rows afterwards).

@@ -141,6 +141,7 @@ int64_t ClassifierImpl::useActivationCheckpointing(int64_t every) {
 torch::Tensor ClassifierImpl::runLayers(torch::Tensor x, size_t begin, size_t end) {
   const bool recompute =
       is_training() && torch::GradMode::is_enabled() && !checkpoint_segments.empty();
+  auto layer = [this](size_t j) { return layers->begin() + static_cast<std::ptrdiff_t>(j); };
   size_t i = begin;
   while (i < end) {
     size_t stop = i;  // the checkpointed run that holds layer i (cut at a stage's end), if any
@@ -148,21 +149,28 @@ torch::Tensor ClassifierImpl::runLayers(torch::Tensor x, size_t begin, size_t en
       for (const auto& [a, b] : checkpoint_segments)
         if (a <= i && i < b) stop = std::min(b, end);
     if (stop == i) {
-      x = (layers->begin() + static_cast<std::ptrdiff_t>(i))->forward(x);
+      if (layer_hooks) layer_hooks->beforeLayer(i);
+      x = layer(i)->forward(x);
+      if (layer_hooks) x = layer_hooks->afterLayer(i, x);
       ++i;
       continue;
     }
+    // The hooks stay outside the recomputed run: its parameters are gathered for the forward
+    // and again, by the outputs' backward, before the rerun.
+    if (layer_hooks)
+      for (size_t j = i; j < stop; ++j) layer_hooks->beforeLayer(j);
     std::vector<torch::Tensor> buffers;
     for (size_t j = i; j < stop; ++j)
       for (const auto& buf : layers->ptr(j)->buffers()) buffers.push_back(buf);
     x = checkpointed(
-        [this, i, stop](const torch::Tensor& in) {
+        [layer, i, stop](const torch::Tensor& in) {
           torch::Tensor a = in;
-          for (size_t j = i; j < stop; ++j)
-            a = (layers->begin() + static_cast<std::ptrdiff_t>(j))->forward(a);
+          for (size_t j = i; j < stop; ++j) a = layer(j)->forward(a);
           return a;
         },
         x, std::move(buffers));
+    if (layer_hooks)
+      for (size_t j = i; j < stop; ++j) x = layer_hooks->afterLayer(j, x);
     i = stop;
   }
   return x;

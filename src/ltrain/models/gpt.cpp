@@ -143,7 +143,7 @@ TORCH_MODULE(Block);
 // safetensors. On another pipeline stage's device it is copied there, and autograd carries the
 // gradient back. (A dp replica's head keeps using the original matrix, copied to its device: the
 // gradient reaches the same parameter.)
-struct LmHeadImpl : torch::nn::Cloneable<LmHeadImpl> {
+struct LmHeadImpl : torch::nn::Cloneable<LmHeadImpl>, UsesSharedParameters {
   LmHeadImpl(int64_t n_embd, int64_t vocab, Embedding tied)
       : n_embd(n_embd), vocab(vocab), tied(std::move(tied)) {
     reset();
@@ -154,6 +154,10 @@ struct LmHeadImpl : torch::nn::Cloneable<LmHeadImpl> {
   torch::Tensor forward(torch::Tensor x) {
     const auto& w = tied ? tied->wte->weight : weight;
     return F::linear(x, w.device() == x.device() ? w : w.to(x.device()));
+  }
+  std::vector<torch::Tensor> sharedParameters() const override {
+    if (!tied) return {};
+    return {tied->wte->weight};
   }
   int64_t n_embd, vocab;
   Embedding tied{nullptr};

@@ -165,13 +165,17 @@ TORCH_MODULE(DecoderLayer);
 
 // The output projection: its own matrix, or the token embedding's (tie_weights), which it then
 // does not register, as transformers saves a tied lm_head once, under model.embed_tokens.weight.
-struct HeadImpl : torch::nn::Module {
+struct HeadImpl : torch::nn::Module, UsesSharedParameters {
   HeadImpl(int64_t n_embd, int64_t vocab, TokenEmbedding tied) : tied(std::move(tied)) {
     if (!this->tied) weight = register_parameter("weight", torch::empty({vocab, n_embd}));
   }
   torch::Tensor forward(const torch::Tensor& x) {
     const auto& w = tied ? tied->weight : weight;
     return F::linear(x, w.device() == x.device() ? w : w.to(x.device()));
+  }
+  std::vector<torch::Tensor> sharedParameters() const override {
+    if (!tied) return {};
+    return {tied->weight};
   }
   TokenEmbedding tied{nullptr};
   torch::Tensor weight;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ltrain/config/experiment_config.h"
+#include "ltrain/models/layer_hooks.h"
 
 namespace ltrain::models {
 
@@ -54,7 +55,8 @@ struct ClassifierImpl : torch::nn::Cloneable<ClassifierImpl> {
     if (scripted) return scripted->forward(x);
     if (channels_last && x.dim() == 4) x = x.contiguous(at::MemoryFormat::ChannelsLast);
     if (!stages.empty()) return pipelineForward(x);
-    return checkpoint_segments.empty() ? layers->forward(x) : runLayers(x, 0, layers->size());
+    if (checkpoint_segments.empty() && !layer_hooks) return layers->forward(x);
+    return runLayers(x, 0, layers->size());
   }
   // train.activation_checkpointing: runs of `every` consecutive repeated blocks (transformer or
   // residual blocks) are recomputed in backward instead of keeping their activations
@@ -96,6 +98,13 @@ struct ClassifierImpl : torch::nn::Cloneable<ClassifierImpl> {
     std::vector<torch::Tensor> buffers;
   };
   std::vector<StageTensors> stageTensors() const;
+  // The parameters layer i computes with: its own and those it shares with another layer.
+  std::vector<torch::Tensor> layerParameters(size_t i) const {
+    auto params = layers->ptr(i)->parameters();
+    if (const auto* user = dynamic_cast<const UsesSharedParameters*>(layers->ptr(i).get()))
+      for (auto& p : user->sharedParameters()) params.push_back(p);
+    return params;
+  }
   // The parameter-name prefix of layer i: "layers.<i>." unless the model names them otherwise.
   std::string layerPrefix(size_t i) const {
     return layer_prefixes.empty() ? "layers." + std::to_string(i) + "." : layer_prefixes[i];
@@ -105,6 +114,8 @@ struct ClassifierImpl : torch::nn::Cloneable<ClassifierImpl> {
   std::shared_ptr<ScriptedModel> scripted;
   bool channels_last = false;
   std::vector<std::pair<size_t, size_t>> checkpoint_segments;  // layers [first, second)
+  // Called around every layer's forward when set (dist.zero 3's gathers; not under a pipeline).
+  std::shared_ptr<LayerHooks> layer_hooks;
 
  private:
   torch::Tensor pipelineForward(const torch::Tensor& x);

@@ -36,15 +36,31 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
   // Summed on the device and read once at the end: no host synchronisation per batch.
   // loss, correct, and targets counted (an image skipped under data.on_bad_image has none).
   auto sums = torch::zeros({3}, torch::TensorOptions().dtype(torch::kDouble).device(devices.main));
-  data::Batch b;
-  while (loader.next(b)) {
+  data::Batch b, last;
+  int64_t batches = 0;
+  auto run = [&](const data::Batch& batch) {
     AutocastScope autocast(precision, devices.main.type());
-    auto x = b.inputs.to(devices.main), y = b.targets.to(devices.main);
-    auto out = forward(model, x, devices).to(torch::kFloat);
-    const auto yt = y.to(out.device());
+    return forward(model, batch.inputs.to(devices.main), devices).to(torch::kFloat);
+  };
+  while (loader.next(b)) {
+    auto out = run(b);
+    const auto yt = b.targets.to(devices.main).to(out.device());
     sums[0] += crossEntropy(out, yt, torch::kSum).to(sums.device(), torch::kDouble);
     sums[1] += out.argmax(-1).eq(yt).sum().to(sums.device(), torch::kDouble);
     sums[2] += yt.ge(0).sum().to(sums.device(), torch::kDouble);
+    ++batches;
+    last = b;
+  }
+  // dist.zero 3's layer hooks gather parameters with collectives: every rank runs as many
+  // forwards as the largest shard needs, a shorter shard repeating a batch it does not count.
+  if (model->layer_hooks && pg && rt.world_size > 1) {
+    const int64_t most = (ds.size() + rt.world_size - 1) / rt.world_size;
+    const int64_t needed = (most + batch_size - 1) / batch_size;
+    if (batches == 0 && needed > 0) {
+      data::Loader one(ds, {0}, 1, false, 0, 1);
+      one.next(last);
+    }
+    for (; batches < needed; ++batches) run(last);
   }
   model->train();
   const auto cpu = sums.cpu();

@@ -122,6 +122,8 @@ void Reporter::summary(const SummaryReport& s) {
   if (s.peak_cuda_memory_mb) j["peak_cuda_memory_mb"] = *s.peak_cuda_memory_mb;
   if (s.optimizer_state_mb) j["optimizer_state_mb"] = *s.optimizer_state_mb;
   if (s.gradient_mb) j["gradient_mb"] = *s.gradient_mb;
+  if (s.parameter_mb) j["parameter_mb"] = *s.parameter_mb;
+  if (s.gathered_peak_mb) j["gathered_peak_mb"] = *s.gathered_peak_mb;
   if (s.skipped_image_files) {
     j["skipped_images"] = s.skipped_image_files->size();
     j["skipped_image_files"] = *s.skipped_image_files;

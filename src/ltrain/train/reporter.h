@@ -43,6 +43,8 @@ struct SummaryReport {
   std::optional<double> val_perplexity, first_step_wall_time, peak_rss_mb, optimizer_state_mb;
   std::optional<double> peak_cuda_memory_mb;  // the worst rank's, on CUDA
   std::optional<double> gradient_mb;          // the worst rank's gradients after the last step
+  std::optional<double> parameter_mb;         // the worst rank's parameters between steps
+  std::optional<double> gathered_peak_mb;     // dist.zero 3: the most gathered at once
   // data.on_bad_image skip: the distinct files left out, over every rank and both splits.
   std::optional<std::vector<std::string>> skipped_image_files;
   std::string error;

@@ -112,7 +112,7 @@ class Trainer {
   EvalResult last_eval_;
   int64_t last_eval_step_ = -1, last_ckpt_step_ = -1, start_step_ = 0;
   double paused_s_ = 0, first_step_wall_time_ = 0, peak_rss_mb_ = 0, optimizer_state_mb_ = 0;
-  double peak_cuda_mb_ = 0, gradient_mb_ = 0;
+  double peak_cuda_mb_ = 0, gradient_mb_ = 0, parameter_mb_ = 0, gathered_peak_mb_ = 0;
   double last_lr_ = 0, last_window_loss_ = std::nan("");
   int64_t skipped_draws_seen_ = 0;  // data.on_bad_image skip: reported in earlier windows
   std::optional<std::vector<std::string>> skipped_image_files_;
@@ -206,8 +206,18 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   std::vector<distributed::DeviceShare> shares;
   for (auto& st : model_->stageTensors())
     shares.push_back({st.device, {std::move(st.params), std::move(st.buffers)}});
-  sync_ = distributed::makeGradientSync({model_.ptr(), std::move(shares), make_optimizer, pg_.get(),
-                                         cfg_.dist, StopVote::kScalars, StopVote::fill});
+  distributed::SyncSetup setup;
+  setup.model = model_.ptr(), setup.shares = std::move(shares);
+  setup.make_optimizer = make_optimizer, setup.pg = pg_.get(), setup.dist = cfg_.dist;
+  setup.extra_scalars = StopVote::kScalars, setup.fill_extras = StopVote::fill;
+  if (cfg_.dist.zero == 3) {  // the units are made of the top-level layers
+    for (size_t i = 0; i < model_->layers->size(); ++i)
+      setup.layer_params.push_back(model_->layerParameters(i));
+    setup.set_layer_hooks = [model = model_](std::shared_ptr<models::LayerHooks> hooks) mutable {
+      model->layer_hooks = std::move(hooks);
+    };
+  }
+  sync_ = distributed::makeGradientSync(std::move(setup));
   if (resumed) sync_->loadWholeOptimizer(*whole);
   step_ = std::make_unique<TrainStep>(cfg_, model_, devices_, *sync_, scaler_, faults_);
   checkpointer_ = std::make_unique<Checkpointer>(run_.path, cfg_.train.keep_checkpoints,
@@ -540,17 +550,19 @@ Summary Trainer::finish(double wall_s, double samples_per_s) {
   // max-reduction): ZeRO's point is that the state shrinks.
   const auto w = static_cast<std::ptrdiff_t>(rt_.world_size);
   constexpr double kMiB = 1024.0 * 1024.0;
-  std::vector<double> per_rank(4 * rt_.world_size, 0.0);
+  std::vector<double> per_rank(6 * rt_.world_size, 0.0);
   per_rank[rt_.rank] = peakRssMb();
   per_rank[w + rt_.rank] = static_cast<double>(sync_->optimizerStateBytes()) / kMiB;
   if (devices_.main.is_cuda()) per_rank[2 * w + rt_.rank] = peakCudaMemoryMb(devices_.main.index());
   per_rank[3 * w + rt_.rank] = static_cast<double>(sync_->gradientBytes()) / kMiB;
+  per_rank[4 * w + rt_.rank] = static_cast<double>(sync_->parameterBytes()) / kMiB;
+  per_rank[5 * w + rt_.rank] = static_cast<double>(sync_->gatheredPeakBytes()) / kMiB;
   if (pg_) per_rank = pg_->allreduceSum(per_rank);
   auto worst = [&](std::ptrdiff_t k) {
     return *std::max_element(per_rank.begin() + k * w, per_rank.begin() + (k + 1) * w);
   };
   peak_rss_mb_ = worst(0), optimizer_state_mb_ = worst(1), peak_cuda_mb_ = worst(2);
-  gradient_mb_ = worst(3);
+  gradient_mb_ = worst(3), parameter_mb_ = worst(4), gathered_peak_mb_ = worst(5);
   if (cfg_.data.on_bad_image == config::BadImage::kSkip) skipped_image_files_ = skippedImageFiles();
   writeSummary(s.status, s.wall_s, s.samples_per_s, "");
   return s;
@@ -621,6 +633,8 @@ void Trainer::writeSummary(const std::string& status, double wall_s, double samp
   if (peak_rss_mb_ > 0) s.peak_rss_mb = peak_rss_mb_;
   if (optimizer_state_mb_ > 0) s.optimizer_state_mb = optimizer_state_mb_;
   if (gradient_mb_ > 0) s.gradient_mb = gradient_mb_;
+  if (parameter_mb_ > 0) s.parameter_mb = parameter_mb_;
+  if (gathered_peak_mb_ > 0) s.gathered_peak_mb = gathered_peak_mb_;
   if (peak_cuda_mb_ > 0) s.peak_cuda_memory_mb = peak_cuda_mb_;
   s.skipped_image_files = skipped_image_files_;
   s.error = error;

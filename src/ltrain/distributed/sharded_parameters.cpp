@@ -1,0 +1,216 @@
+#include "ltrain/distributed/sharded_parameters.h"
+
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+#include "ltrain/distributed/process_group.h"
+
+namespace ltrain::distributed {
+namespace {
+
+// A buffer's storage emptied and refilled in place: every tensor viewing it (the parameters,
+// and what autograd saved of them) sees the memory come and go.
+void allocateStorage(const torch::Tensor& t) {
+  auto* s = t.storage().unsafeGetStorageImpl();
+  const auto bytes = static_cast<size_t>(t.numel()) * t.element_size();
+  if (s->nbytes() == bytes) return;
+  c10::Allocator* a = s->allocator() ? s->allocator() : c10::GetAllocator(t.device().type());
+  s->set_data_ptr_noswap(a->allocate(bytes));
+  s->set_nbytes(bytes);
+}
+
+void freeStorage(const torch::Tensor& t) {
+  auto* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(c10::DataPtr(nullptr, t.device()));
+  s->set_nbytes(0);
+}
+
+bool hasStorage(const torch::Tensor& t) {
+  return t.storage().nbytes() > 0;
+}
+
+// Identity forward; its backward runs before the backward of what produced its input: the unit
+// is gathered there.
+struct GatherBeforeBackward : torch::autograd::Function<GatherBeforeBackward> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, torch::Tensor x,
+                               ShardedParameters* owner, int64_t unit) {
+    ctx->saved_data["owner"] = reinterpret_cast<int64_t>(owner);
+    ctx->saved_data["unit"] = unit;
+    return x;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    auto* owner = reinterpret_cast<ShardedParameters*>(ctx->saved_data["owner"].toInt());
+    owner->beforeBackward(static_cast<size_t>(ctx->saved_data["unit"].toInt()));
+    return {grads[0], torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+std::vector<int64_t> unitsOfLayers(const std::vector<std::vector<torch::Tensor>>& layer_params,
+                                   config::FsdpUnit unit) {
+  const size_t n = layer_params.size();
+  std::vector<size_t> parent(n);
+  std::iota(parent.begin(), parent.end(), size_t{0});
+  auto find = [&](size_t i) {
+    while (parent[i] != i) i = parent[i] = parent[parent[i]];
+    return i;
+  };
+  auto join = [&](size_t a, size_t b) { parent[find(a)] = find(b); };
+  std::map<const c10::TensorImpl*, size_t> owner;  // a parameter's first layer
+  int64_t first_with_params = -1;
+  for (size_t i = 0; i < n; ++i) {
+    if (layer_params[i].empty()) continue;
+    if (first_with_params < 0) first_with_params = static_cast<int64_t>(i);
+    if (unit == config::FsdpUnit::kModel) join(i, static_cast<size_t>(first_with_params));
+    for (const auto& p : layer_params[i]) {
+      auto [it, fresh] = owner.emplace(p.unsafeGetTensorImpl(), i);
+      if (!fresh) join(i, it->second);
+    }
+  }
+  std::vector<int64_t> out(n, -1);
+  std::map<size_t, int64_t> id;  // root -> unit, numbered by first layer
+  for (size_t i = 0; i < n; ++i) {
+    if (layer_params[i].empty()) continue;
+    auto [it, fresh] = id.emplace(find(i), static_cast<int64_t>(id.size()));
+    out[i] = it->second;
+  }
+  return out;
+}
+
+ShardedParameters::ShardedParameters(ProcessGroup& pg, std::vector<UnitInit> units,
+                                     std::vector<int64_t> unit_of_layer, bool prefetch)
+    : pg_(pg), unit_of_layer_(std::move(unit_of_layer)), prefetch_(prefetch) {
+  torch::NoGradGuard no_grad;
+  for (auto& init : units) {
+    Unit u;
+    u.bucket = std::move(init.bucket);
+    u.shard = std::move(init.shard);
+    u.full = torch::zeros({u.bucket.padded}, u.bucket.params.front().options());
+    viewParameters(u);
+    freeStorage(u.full);
+    units_.push_back(std::move(u));
+  }
+  for (auto& u : units_) u.first_layer = unit_of_layer_.size(), u.last_layer = 0;
+  for (size_t i = 0; i < unit_of_layer_.size(); ++i) {
+    if (unit_of_layer_[i] < 0) continue;
+    Unit& u = units_.at(static_cast<size_t>(unit_of_layer_[i]));
+    u.first_layer = std::min(u.first_layer, i), u.last_layer = std::max(u.last_layer, i);
+  }
+  backward_order_.resize(units_.size());
+  std::iota(backward_order_.begin(), backward_order_.end(), size_t{0});
+  std::sort(backward_order_.begin(), backward_order_.end(),
+            [&](size_t a, size_t b) { return units_[a].last_layer > units_[b].last_layer; });
+}
+
+ShardedParameters::~ShardedParameters() {
+  for (auto& u : units_)
+    if (u.gathering) u.gathering->wait();
+}
+
+// The parameters become views of the unit's buffer (their values are copied in first).
+void ShardedParameters::viewParameters(Unit& u) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < u.bucket.params.size(); ++i) {
+    auto& p = u.bucket.params[i];
+    auto view = u.full.narrow(0, u.bucket.offsets[i], p.numel()).view(p.sizes());
+    if (hasStorage(p) && p.data_ptr() != view.data_ptr()) view.copy_(p.detach());
+    p.set_data(view);
+  }
+}
+
+void ShardedParameters::gather(size_t i, bool wait) {
+  Unit& u = units_[i];
+  if (!u.gathered && !u.gathering) {
+    allocateStorage(u.full);
+    peak_gathered_ = std::max(peak_gathered_, gatheredBytes());
+    auto in = u.shard.detach();
+    u.gathering = pg_.backend()->_allgather_base(u.full, in);
+  }
+  if (wait && u.gathering) {
+    pg_.wait(u.gathering);
+    u.gathering.reset();
+    u.gathered = true;
+  }
+}
+
+void ShardedParameters::release(size_t i) {
+  Unit& u = units_[i];
+  if (u.gathering) pg_.wait(u.gathering), u.gathering.reset();  // not under a collective
+  freeStorage(u.full);
+  u.gathered = false;
+}
+
+void ShardedParameters::releaseAll() {
+  for (size_t i = 0; i < units_.size(); ++i) release(i);
+}
+
+void ShardedParameters::beforeLayer(size_t layer) {
+  const int64_t u = unit_of_layer_.at(layer);
+  if (u < 0) return;
+  const auto i = static_cast<size_t>(u);
+  gather(i, /*wait=*/true);
+  // Units are numbered in forward order: the next one travels while this one computes.
+  if (prefetch_ && layer == units_[i].first_layer && i + 1 < units_.size()) gather(i + 1, false);
+}
+
+torch::Tensor ShardedParameters::afterLayer(size_t layer, torch::Tensor out) {
+  const int64_t u = unit_of_layer_.at(layer);
+  if (u < 0 || layer != units_[static_cast<size_t>(u)].last_layer) return out;
+  release(static_cast<size_t>(u));
+  if (!torch::GradMode::is_enabled() || !out.requires_grad()) return out;
+  return GatherBeforeBackward::apply(out, this, u);
+}
+
+void ShardedParameters::beforeBackward(size_t u) {
+  gather(u, /*wait=*/true);
+  if (!prefetch_) return;
+  auto at = std::find(backward_order_.begin(), backward_order_.end(), u);
+  if (at != backward_order_.end() && at + 1 != backward_order_.end()) gather(*(at + 1), false);
+}
+
+void ShardedParameters::withWholeOnHost(bool main, const std::function<void()>& fn) {
+  std::vector<std::vector<torch::Tensor>> host(units_.size());
+  {
+    torch::NoGradGuard no_grad;
+    for (size_t i = 0; i < units_.size(); ++i) {
+      gather(i, /*wait=*/true);
+      if (main)
+        for (const auto& p : units_[i].bucket.params)
+          host[i].push_back(p.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+      release(i);
+    }
+  }
+  auto restore = [&] {  // views are made over the memory, so it is there for a moment
+    for (auto& u : units_) allocateStorage(u.full), viewParameters(u), freeStorage(u.full);
+  };
+  if (!main) return;
+  for (size_t i = 0; i < units_.size(); ++i)
+    for (size_t k = 0; k < host[i].size(); ++k) units_[i].bucket.params[k].set_data(host[i][k]);
+  try {
+    fn();
+  } catch (...) {
+    restore();
+    throw;
+  }
+  restore();
+}
+
+int64_t ShardedParameters::shardBytes() const {
+  int64_t b = 0;
+  for (const auto& u : units_) b += u.shard.numel() * static_cast<int64_t>(u.shard.element_size());
+  return b;
+}
+
+int64_t ShardedParameters::gatheredBytes() const {
+  int64_t b = 0;
+  for (const auto& u : units_) b += static_cast<int64_t>(u.full.storage().nbytes());
+  return b;
+}
+
+}  // namespace ltrain::distributed
