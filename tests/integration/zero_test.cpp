@@ -1,9 +1,12 @@
-// dist.zero: 1 and 2 (ZeRO-1, ZeRO-2) against plain DDP on real processes: the same weights
-// within 1e-5 after 20 steps (AdamW with clipping and decay on matrices only on a GPT, with grad
-// accumulation under ZeRO-2; SGD with momentum on an MLP over three ranks, whose buckets do not
-// split evenly), about 1/world of the optimizer state per rank (and of the gradients under
-// ZeRO-2), and checkpoints that resume across zero stages.
+// dist.zero: 1, 2 and 3 (ZeRO-1, ZeRO-2, ZeRO-3 / FSDP) against plain DDP on real processes:
+// the same weights within 1e-5 after 20 steps (AdamW with clipping and decay on matrices only on
+// a GPT, with grad accumulation under ZeRO-2 and -3, dropout under ZeRO-3; SGD with momentum on
+// an MLP over three ranks, whose buckets do not split evenly; a llama under ZeRO-3), about
+// 1/world of the optimizer state per rank (and of the gradients under ZeRO-2, and the parameters
+// under ZeRO-3), and checkpoints that resume across zero stages and world sizes.
 #include <torch/torch.h>
+
+#include <filesystem>
 #include <yaml-cpp/yaml.h>
 #include <catch2/catch.hpp>
 
@@ -195,4 +198,148 @@ TEST_CASE("dist.zero=1 refuses the options it does not combine with, by name") {
     CHECK(r.exit_code == 2);
     CHECK_THAT(r.err, Contains(std::string("dist.zero: 1 does not combine with ") + says));
   }
+  // dist.strategy fsdp is stage 3: another stage set with it is a contradiction.
+  auto fsdp = runLtrain({"config", dir / "c.yaml", "dist.strategy=fsdp", "dist.zero=1"});
+  CHECK(fsdp.exit_code == 2);
+  CHECK_THAT(fsdp.err, Contains("dist.strategy fsdp shards the parameters, which is dist.zero 3"));
+  auto shown = runLtrain({"config", dir / "c.yaml", "dist.strategy=fsdp"});
+  CHECK(shown.exit_code == 0);
+  CHECK_THAT(shown.out, Contains("zero: 3"));
+}
+
+TEST_CASE("dist.zero=3 trains a GPT to plain DDP's weights holding 1/world of the parameters",
+          "[dist]") {
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 3\n");
+  ltrain::test::writeText(dir / "t.txt", ltrain::test::textCorpus(400));
+  // Four blocks, dropout drawn as DDP draws it, and grad accumulation (the micro-steps before the
+  // last accumulate locally, as under DDP's no_sync).
+  const std::vector<std::string> common{"model.n_layer=4", "model.dropout=0.1",
+                                        "train.grad_accum=2"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), common.begin(), common.end());
+    return extra;
+  };
+  auto ddp = runLtrain(gpt(dir, dir / "ddp", 2, with({"dist.zero=0"})));
+  INFO(ddp.out << ddp.err);
+  REQUIRE(ddp.exit_code == 0);
+  auto z3 = runLtrain(gpt(dir, dir / "z3", 2, with({"dist.zero=3"})));
+  INFO(z3.out << z3.err);
+  REQUIRE(z3.exit_code == 0);
+  // The embedding with its tied head, four blocks, the final norm.
+  CHECK_THAT(z3.out, Contains("ZeRO-3 over 6 unit(s) with prefetch"));
+  const double diff =
+      ltrain::test::maxWeightDiff(dir / "ddp/model.safetensors", dir / "z3/model.safetensors");
+  INFO("max |ddp - zero3| = " << diff);
+  CHECK(diff < 1e-5);
+  for (const char* key : {"parameter_mb", "gradient_mb", "optimizer_state_mb"}) {
+    INFO(key << ": ddp " << summaryValue(dir / "ddp", key) << ", zero-3 "
+              << summaryValue(dir / "z3", key));
+    CHECK(summaryValue(dir / "z3", key) ==
+          Approx(summaryValue(dir / "ddp", key) / 2).epsilon(0.05));
+  }
+  // Gathered a unit or two at a time (with the embedding, held through the forward for its
+  // tied head), never the whole model.
+  CHECK(summaryValue(dir / "z3", "gathered_peak_mb") <
+        0.75 * summaryValue(dir / "ddp", "parameter_mb"));
+}
+
+TEST_CASE("dist.strategy=fsdp over three ranks matches DDP: whole-model units, checkpointed "
+          "blocks, a llama",
+          "[dist]") {
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 4\n");
+  ltrain::test::writeText(dir / "t.txt", ltrain::test::textCorpus(400));
+  auto train = [&](const std::string& name, int procs, std::vector<std::string> extra) {
+    auto r = runLtrain(gpt(dir, dir / name, procs, std::move(extra)));
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    return r;
+  };
+  train("ddp", 3, {"model.dropout=0.1"});
+  auto model = train("model", 3,
+                     {"model.dropout=0.1", "dist.strategy=fsdp", "dist.fsdp_unit=model",
+                      "dist.fsdp_prefetch=false"});
+  CHECK_THAT(model.out, Contains("ZeRO-3 over 1 unit(s)"));
+  train("ckpt", 3, {"model.dropout=0.1", "dist.zero=3", "train.activation_checkpointing=blocks"});
+  for (const char* run : {"model", "ckpt"}) {
+    const double diff = ltrain::test::maxWeightDiff(dir / "ddp/model.safetensors",
+                                                    std::string(dir / run) + "/model.safetensors");
+    INFO(run << ": max |ddp - fsdp| = " << diff);
+    CHECK(diff < 1e-5);
+  }
+  train("llama-ddp", 2, {"model.name=llama"});
+  train("llama-z3", 2, {"model.name=llama", "dist.zero=3"});
+  CHECK(ltrain::test::maxWeightDiff(dir / "llama-ddp/model.safetensors",
+                                    dir / "llama-z3/model.safetensors") < 1e-5);
+}
+
+TEST_CASE("dist.zero=3 resumes a killed run exactly, and across zero stages and world sizes",
+          "[dist]") {
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 5\n");
+  ltrain::test::writeText(dir / "t.txt", ltrain::test::textCorpus(400));
+  auto ok = [](const ltrain::test::ProcessResult& r) {
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+  };
+  auto full = runLtrain(gpt(dir, dir / "full", 2, {"dist.zero=3"}));
+  ok(full);
+  auto a = gpt(dir, dir / "killed", 2, {"dist.zero=3", "train.checkpoint_every=10"});
+  a.insert(a.begin() + 3, {"--max-restarts", "1"});
+  auto killed = runLtrain(a, {{"LTRAIN_FAULT_KILL_AT_STEP", "12:1"}});
+  ok(killed);
+  CHECK_THAT(killed.out + killed.err, Contains("resuming from"));
+  CHECK(ltrain::test::maxWeightDiff(dir / "full/model.safetensors",
+                                    dir / "killed/model.safetensors") == 0.0);
+
+  // Ten steps under one stage, ten under another, against twenty without ZeRO.
+  auto ref = runLtrain(gpt(dir, dir / "ref", 2, {"dist.zero=0", "scheduler.name=constant"}));
+  ok(ref);
+  for (auto [first, second] : {std::pair{"3", "0"}, std::pair{"0", "3"}, std::pair{"3", "1"}}) {
+    const std::string run = dir / (std::string("cross") + first + second);
+    ok(runLtrain(gpt(dir, run, 2,
+                     {std::string("dist.zero=") + first, "scheduler.name=constant",
+                      "train.max_steps=10"})));
+    // ZeRO-3 writes a directory in which every rank wrote its part.
+    const std::string ckpt =
+        run + "/checkpoints/step-00000010" + (std::string(first) == "3" ? ".shards" : ".pt");
+    auto p2 = runLtrain(gpt(dir, run + "b", 2,
+                            {std::string("dist.zero=") + second, "scheduler.name=constant",
+                             "train.resume=" + ckpt}));
+    ok(p2);
+    CHECK(ltrain::test::maxWeightDiff(dir / "ref/model.safetensors", run + "b/model.safetensors") <
+          1e-5);
+  }
+  // A ZeRO-3 checkpoint of two ranks resumed by three, with ZeRO-3 and without: the rest of the
+  // epoch is dealt over three ranks either way, and the two end at the same weights.
+  const std::string ckpt = dir / "cross30/checkpoints/step-00000010.shards";
+  for (int r = 0; r < 2; ++r)
+    CHECK(std::filesystem::is_regular_file(
+        ckpt + "/rank-0000" + std::to_string(r) + "-of-00002.safetensors"));
+  for (const char* zero : {"0", "3"})
+    ok(runLtrain(gpt(dir, dir / (std::string("three") + zero), 3,
+                     {std::string("dist.zero=") + zero, "scheduler.name=constant",
+                      "train.resume=" + ckpt})));
+  CHECK(ltrain::test::maxWeightDiff(dir / "three0/model.safetensors",
+                                    dir / "three3/model.safetensors") < 1e-5);
+
+  // A damaged sharded checkpoint is named with what is wrong, and nothing trains from it.
+  auto resume = [&](const std::string& from, std::vector<std::string> extra = {}) {
+    extra.insert(extra.begin(), {"dist.zero=3", "train.resume=" + from});
+    return runLtrain(gpt(dir, dir / "bad", 2, extra));
+  };
+  auto other = resume(ckpt, {"model.n_embd=48"});
+  CHECK(other.exit_code == 2);
+  CHECK_THAT(other.err, Contains("is from another model: 'layers.0.wte.weight' has shape"));
+  const std::string broken = dir / "broken.shards";
+  std::filesystem::copy(ckpt, broken);
+  std::filesystem::remove(broken + "/rank-00001-of-00002.safetensors");
+  auto missing = resume(broken);
+  CHECK(missing.exit_code == 2);
+  CHECK_THAT(missing.err, Contains("lacks rank-00001-of-00002.safetensors"));
+  std::filesystem::remove(broken + "/index.json");
+  auto partial = resume(broken);
+  CHECK(partial.exit_code == 2);
+  CHECK_THAT(partial.err, Contains("no complete sharded checkpoint (it has no index.json"));
 }

@@ -24,6 +24,22 @@ namespace ltrain::distributed {
 
 class ProcessGroup;
 
+// dist.zero 3: what one rank holds of the model and the optimizer, unit by unit, for a sharded
+// checkpoint (train/sharded_checkpoint.h).
+struct UnitShard {
+  struct Param {
+    std::string name;
+    std::vector<int64_t> shape;
+    int64_t offset = 0;  // where it starts in the unit's flat layout
+  };
+  std::vector<Param> params;
+  int64_t padded = 0;    // the flat layout's length, a multiple of the world size
+  int64_t begin = 0;     // where this rank's slice starts in it
+  torch::Tensor values;  // the slice of the parameters
+  int64_t optimizer_step = 0;
+  std::vector<std::pair<std::string, torch::Tensor>> state;  // the slice of each state tensor
+};
+
 struct SyncStats {
   int64_t collectives = 0;  // gradient collectives issued in the last step
   double wait_s = 0;        // time finishBackward waited for them
@@ -73,6 +89,14 @@ class GradientSync {
   // After every rank loaded the same checkpoint into `whole` (an optimizer over the whole model,
   // its state on the CPU): each rank takes its part, next to its parameters.
   virtual void loadWholeOptimizer(const torch::optim::Optimizer& whole) = 0;
+  // dist.zero 3: this rank's units (a checkpoint is then written by every rank, each its own
+  // part); empty where every rank holds the whole model.
+  virtual std::vector<UnitShard> unitShards() { return {}; }
+  // dist.zero 3 (collective): unit by unit, in unitShards()' order, `fn(u, params)` on the main
+  // rank with unit u's parameters gathered onto the host, in the order of its UnitShard::params.
+  virtual void forEachUnitOnHost(
+      bool /*main*/, const std::function<void(size_t, const std::vector<torch::Tensor>&)>& /*fn*/) {
+  }
   // Bytes of optimizer state this rank holds.
   virtual int64_t optimizerStateBytes() const = 0;
   // Bytes of gradients this rank holds after a step: the parameters' .grad, the buckets' buffers

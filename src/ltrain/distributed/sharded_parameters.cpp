@@ -174,22 +174,32 @@ void ShardedParameters::beforeBackward(size_t u) {
   if (at != backward_order_.end() && at + 1 != backward_order_.end()) gather(*(at + 1), false);
 }
 
+void ShardedParameters::forEachUnitOnHost(
+    bool main, const std::vector<size_t>& order,
+    const std::function<void(size_t, const std::vector<torch::Tensor>&)>& fn) {
+  torch::NoGradGuard no_grad;
+  for (size_t k = 0; k < order.size(); ++k) {
+    const size_t i = order[k];
+    gather(i, /*wait=*/true);
+    std::vector<torch::Tensor> host;
+    if (main)
+      for (const auto& p : units_[i].bucket.params)
+        host.push_back(p.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+    release(i);
+    if (main) fn(k, host);
+  }
+}
+
 void ShardedParameters::withWholeOnHost(bool main, const std::function<void()>& fn) {
   std::vector<std::vector<torch::Tensor>> host(units_.size());
-  {
-    torch::NoGradGuard no_grad;
-    for (size_t i = 0; i < units_.size(); ++i) {
-      gather(i, /*wait=*/true);
-      if (main)
-        for (const auto& p : units_[i].bucket.params)
-          host[i].push_back(p.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
-      release(i);
-    }
-  }
+  std::vector<size_t> order(units_.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  forEachUnitOnHost(main, order,
+                    [&](size_t u, const std::vector<torch::Tensor>& t) { host[u] = t; });
+  if (!main) return;
   auto restore = [&] {  // views are made over the memory, so it is there for a moment
     for (auto& u : units_) allocateStorage(u.full), viewParameters(u), freeStorage(u.full);
   };
-  if (!main) return;
   for (size_t i = 0; i < units_.size(); ++i)
     for (size_t k = 0; k < host[i].size(); ++k) units_[i].bucket.params[k].set_data(host[i][k]);
   try {

@@ -57,6 +57,10 @@ class ShardedParameters final : public models::LayerHooks {
   // parameters become views of their units again: a checkpoint of the whole model without the
   // whole model on any device.
   void withWholeOnHost(bool main, const std::function<void()>& fn);
+  // Collective. Gathers the units one at a time, unit order[k] k-th; on the main rank `fn(k,
+  // params)` gets its parameters (in its bucket's order) copied to the host, before it is freed.
+  void forEachUnitOnHost(bool main, const std::vector<size_t>& order,
+                         const std::function<void(size_t, const std::vector<torch::Tensor>&)>& fn);
 
   int64_t shardBytes() const;     // this rank's slices
   int64_t gatheredBytes() const;  // full buffers alive now

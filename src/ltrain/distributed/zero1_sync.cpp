@@ -141,6 +141,14 @@ class Zero1Sync final : public GradientSync {
 
   void loadWholeOptimizer(const torch::optim::Optimizer& whole) override;
 
+  std::vector<UnitShard> unitShards() override;
+
+  void forEachUnitOnHost(
+      bool main,
+      const std::function<void(size_t, const std::vector<torch::Tensor>&)>& fn) override {
+    if (sharded_) sharded_->forEachUnitOnHost(main, unit_of_bucket_, fn);  // in bucket order
+  }
+
   int64_t optimizerStateBytes() const override { return distributed::optimizerStateBytes(*opt_); }
 
   int64_t gradientBytes() const override {
@@ -252,6 +260,26 @@ void Zero1Sync::shardParameters(const std::map<const c10::TensorImpl*, int64_t>&
   set_layer_hooks_ = s.set_layer_hooks;
   if (!set_layer_hooks_) throw std::logic_error("dist.zero 3 needs the model's layer hooks");
   set_layer_hooks_(sharded_);
+}
+
+std::vector<UnitShard> Zero1Sync::unitShards() {
+  if (!sharded_) return {};
+  optim::syncStepsToHost(*opt_);
+  const auto names = reducer_->bucketParameterNames();
+  std::vector<UnitShard> out;
+  for (size_t b = 0; b < shards_.size(); ++b) {
+    const auto& sh = shards_[b];
+    UnitShard u;
+    for (size_t i = 0; i < sh.bucket.params.size(); ++i)
+      u.params.push_back({names[b][i], sh.bucket.params[i].sizes().vec(), sh.bucket.offsets[i]});
+    u.padded = sh.bucket.padded;
+    u.begin = rank_ * (sh.bucket.padded / world_);
+    u.values = sh.param.detach();
+    ParamState st;
+    if (readParamState(*opt_, sh.param, st)) u.optimizer_step = st.step, u.state = st.tensors;
+    out.push_back(std::move(u));
+  }
+  return out;
 }
 
 // Stage 3 has no all-gather after the step for the extras to ride on: they get an all-reduce.

@@ -3,6 +3,11 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -56,6 +61,67 @@ void saveSafetensors(const std::string& path, const NamedTensors& tensors,
   for (const auto& c : data)
     out.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
   writeFileAtomic(path, out);
+}
+
+SafetensorsStream::SafetensorsStream(std::string path, const std::vector<Entry>& entries,
+                                     const std::map<std::string, std::string>& metadata)
+    : path_(std::move(path)), tmp_(path_ + fmt::format(".tmp-{}", ::getpid())), entries_(entries) {
+  Json header = Json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  int64_t offset = 0;
+  for (const auto& e : entries_) {
+    const int64_t bytes =
+        c10::multiply_integers(e.shape) * static_cast<int64_t>(c10::elementSize(e.dtype));
+    header[e.name] = {{"dtype", dtypeName(e.dtype)},
+                      {"shape", e.shape},
+                      {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = dumpJsonLine(header);
+  while (text.size() % 8) text += ' ';  // the format's alignment convention
+  std::string head;
+  uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) head += static_cast<char>((n >> (8 * i)) & 0xff);
+  head += text;
+  file_ = std::fopen(tmp_.c_str(), "wb");
+  if (!file_)
+    throw std::runtime_error(fmt::format("cannot write '{}': {}", path_, std::strerror(errno)));
+  if (std::fwrite(head.data(), 1, head.size(), file_) != head.size())
+    throw std::runtime_error(fmt::format("cannot write '{}': {}", path_, std::strerror(errno)));
+}
+
+SafetensorsStream::~SafetensorsStream() {
+  if (!file_) return;
+  std::fclose(file_);
+  std::remove(tmp_.c_str());
+}
+
+void SafetensorsStream::write(const torch::Tensor& t) {
+  if (next_ >= entries_.size())
+    throw std::logic_error("SafetensorsStream: more tensors than entries");
+  const Entry& e = entries_[next_++];
+  auto c = t.detach().to(torch::kCPU).contiguous();
+  if (c.scalar_type() != e.dtype || c.sizes().vec() != e.shape)
+    throw std::logic_error("SafetensorsStream: tensor '" + e.name + "' is not as announced");
+  const size_t bytes = static_cast<size_t>(c.numel()) * c.element_size();
+  if (std::fwrite(c.data_ptr(), 1, bytes, file_) != bytes)
+    throw std::runtime_error(fmt::format("cannot write '{}': {}", path_, std::strerror(errno)));
+}
+
+void SafetensorsStream::commit() {
+  if (next_ != entries_.size()) throw std::logic_error("SafetensorsStream: tensors missing");
+  const bool flushed = std::fflush(file_) == 0 && ::fsync(::fileno(file_)) == 0;
+  const int err = errno;
+  std::fclose(file_);
+  file_ = nullptr;
+  if (!flushed || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const std::string why = std::strerror(flushed ? errno : err);
+    std::remove(tmp_.c_str());
+    throw std::runtime_error(fmt::format("cannot write '{}': {}", path_, why));
+  }
+  const auto dir = std::filesystem::path(path_).parent_path();  // the rename itself, durable
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd >= 0) ::fsync(fd), ::close(fd);
 }
 
 std::map<std::string, torch::Tensor> loadSafetensors(const std::string& path) {

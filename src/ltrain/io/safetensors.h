@@ -4,6 +4,7 @@
 #pragma once
 #include <torch/types.h>
 
+#include <cstdio>
 #include <map>
 #include <string>
 #include <utility>
@@ -20,6 +21,34 @@ using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
 // Written atomically; tensors are stored contiguous, in the order given.
 void saveSafetensors(const std::string& path, const NamedTensors& tensors,
                      const std::map<std::string, std::string>& metadata = {});
+// Written tensor by tensor, for a model that is never whole in one place: the header (names,
+// dtypes, shapes) first, then each tensor's bytes in the header's order; commit() renames the file
+// into place (fsynced), and a stream never committed leaves the previous file as it was.
+class SafetensorsStream {
+ public:
+  struct Entry {
+    std::string name;
+    torch::ScalarType dtype;
+    std::vector<int64_t> shape;
+  };
+  // std::runtime_error naming the file when it cannot be created.
+  SafetensorsStream(std::string path, const std::vector<Entry>& entries,
+                    const std::map<std::string, std::string>& metadata = {});
+  ~SafetensorsStream();
+  SafetensorsStream(const SafetensorsStream&) = delete;
+  SafetensorsStream& operator=(const SafetensorsStream&) = delete;
+  // The next entry's values (std::logic_error for another shape or dtype, or one too many;
+  // std::runtime_error naming the file when the disk is full).
+  void write(const torch::Tensor& t);
+  void commit();  // after the last entry
+
+ private:
+  std::string path_, tmp_;
+  std::vector<Entry> entries_;
+  size_t next_ = 0;
+  std::FILE* file_ = nullptr;
+};
+
 // Throws UsageError naming the file and the problem: a bad header, an unknown dtype, offsets that
 // overlap or run past the end, a truncated file.
 std::map<std::string, torch::Tensor> loadSafetensors(const std::string& path);

@@ -11,6 +11,7 @@
 #include "ltrain/io/checksummed_file.h"
 #include "ltrain/io/files.h"
 #include "ltrain/optim/fused.h"
+#include "ltrain/train/sharded_checkpoint.h"
 
 namespace ltrain::train {
 namespace {
@@ -102,7 +103,7 @@ std::string checkpointPath(const std::string& dir, int64_t step) {
 std::vector<std::string> checkpointsNewestFirst(const std::string& dir) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) return {};
-  static const std::regex name(R"(step-(\d+)\.pt)");
+  static const std::regex name(R"(step-(\d+)\.(pt|shards))");  // a file, or dist.zero 3's dir
   std::vector<std::pair<int64_t, std::string>> found;
   for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
     std::smatch m;
@@ -126,7 +127,7 @@ void pruneCheckpoints(const std::string& dir, int64_t keep) {
   auto all = checkpointsNewestFirst(dir);
   for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) {
     std::error_code ec;
-    std::filesystem::remove(all[i], ec);
+    std::filesystem::remove_all(all[i], ec);
   }
 }
 
@@ -186,6 +187,10 @@ void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::op
 }
 
 void loadCheckpointModel(const std::string& path, torch::nn::Module& model) {
+  if (isShardedCheckpoint(path)) {
+    loadShardedCheckpoint(path, model, nullptr, torch::kCPU);
+    return;
+  }
   try {
     torch::serialize::InputArchive ar;
     std::string bytes;
@@ -201,6 +206,7 @@ void loadCheckpointModel(const std::string& path, torch::nn::Module& model) {
 
 LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
                          torch::optim::Optimizer& opt, torch::Device device) {
+  if (isShardedCheckpoint(path)) return loadShardedCheckpoint(path, model, &opt, device);
   LoopState s;
   try {
     torch::serialize::InputArchive ar, opt_ar;

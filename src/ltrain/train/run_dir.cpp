@@ -38,7 +38,14 @@ RunDir prepareRunDir(const config::LoadedConfig& lc, const std::string& output_d
   const auto newest = newestCheckpoint(rd.checkpoints());
   const bool explicit_ckpt = cfg.train.resume != "auto" && cfg.train.resume != "never";
 
-  if (explicit_ckpt && !fs::is_regular_file(cfg.train.resume, ec))
+  // A file, or the directory of a dist.zero 3 checkpoint (step-N.shards).
+  if (explicit_ckpt && fs::is_directory(cfg.train.resume, ec) &&
+      !fs::exists(cfg.train.resume + "/index.json", ec))
+    throw UsageError(fmt::format(
+        "train.resume: '{}' is a directory but no complete sharded checkpoint (it has no "
+        "index.json, which rank 0 writes last)",
+        cfg.train.resume));
+  if (explicit_ckpt && !fs::exists(cfg.train.resume, ec))
     throw UsageError(fmt::format("train.resume: checkpoint file '{}' not found", cfg.train.resume));
   if (overwrite) {
     // Asked for: what ltrain wrote there goes (all but `keep`: the launcher's logs of this very

@@ -220,8 +220,10 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   sync_ = distributed::makeGradientSync(std::move(setup));
   if (resumed) sync_->loadWholeOptimizer(*whole);
   step_ = std::make_unique<TrainStep>(cfg_, model_, devices_, *sync_, scaler_, faults_);
-  checkpointer_ = std::make_unique<Checkpointer>(run_.path, cfg_.train.keep_checkpoints,
-                                                 rt_.isMain(), devices_.main);
+  const bool sharded = cfg_.dist.zero == 3 && pg_ && rt_.world_size > 1;
+  checkpointer_ =
+      std::make_unique<Checkpointer>(run_.path, cfg_.train.keep_checkpoints, rt_.isMain(),
+                                     devices_.main, sharded ? pg_.get() : nullptr);
   scaler_.to(devices_.main);
   tally_ = std::make_unique<LossTally>(devices_.main, state_.epoch_loss_sum,
                                        state_.epoch_loss_count, state_.skipped_steps);

@@ -1,0 +1,126 @@
+// dist.zero 3's checkpoints written: every rank its own part at once (sharded_checkpoint.h).
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+
+#include "ltrain/distributed/process_group.h"
+#include "ltrain/io/files.h"
+#include "ltrain/io/json.h"
+#include "ltrain/io/safetensors.h"
+#include "ltrain/train/sharded_checkpoint.h"
+
+namespace ltrain::train {
+namespace fs = std::filesystem;
+namespace {
+
+io::Json loopJson(const LoopState& s) {
+  return {{"step", s.step},
+          {"epoch", s.epoch},
+          {"batch_in_epoch", s.batch_in_epoch},
+          {"samples", s.samples},
+          {"loss_scale", s.loss_scale},
+          {"scale_growth_tracker", s.scale_growth_tracker},
+          {"skipped_steps", s.skipped_steps},
+          {"epoch_loss_sum", s.epoch_loss_sum},
+          {"epoch_loss_count", s.epoch_loss_count},
+          {"epoch_examples", s.epoch_examples},
+          {"world_size", s.world_size}};
+}
+
+torch::Tensor generatorState(at::Generator gen) {
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+// This rank's file: its slices, and on rank 0 what every rank has the same of.
+void writeRankFile(const std::string& file, const std::vector<distributed::UnitShard>& units,
+                   torch::nn::Module& model, torch::Device device, bool main) {
+  io::NamedTensors t;
+  for (size_t k = 0; k < units.size(); ++k) {
+    t.emplace_back(fmt::format("u{}.param", k), units[k].values.cpu());
+    for (const auto& [name, st] : units[k].state)
+      t.emplace_back(fmt::format("u{}.{}", k, name), st.cpu());
+  }
+  if (main) {
+    for (const auto& b : model.named_buffers())
+      t.emplace_back("buffer." + b.key(), b.value().cpu());
+    t.emplace_back("rng.cpu", generatorState(at::detail::getDefaultCPUGenerator()));
+    if (device.is_cuda())  // dropout on the GPU draws from the device's generator
+      t.emplace_back("rng.cuda", generatorState(at::globalContext().defaultGenerator(device)));
+  }
+  io::saveSafetensors(file, t);
+}
+
+io::Json indexJson(const std::vector<distributed::UnitShard>& units, const LoopState& state,
+                   int64_t world) {
+  io::Json j{
+      {"format", kShardedCheckpointFormat}, {"world_size", world}, {"loop", loopJson(state)}};
+  j["units"] = io::Json::array();
+  for (const auto& u : units) {
+    io::Json params = io::Json::array();
+    for (const auto& p : u.params)
+      params.push_back({{"name", p.name}, {"shape", p.shape}, {"offset", p.offset}});
+    io::Json states = io::Json::array();
+    for (const auto& [name, t] : u.state) states.push_back(name);
+    j["units"].push_back({{"padded", u.padded},
+                          {"optimizer_step", u.optimizer_step},
+                          {"optimizer_states", states},
+                          {"params", params}});
+  }
+  return j;
+}
+
+// Every rank learns whether all of them succeeded; the ones that did not say why.
+void agree(distributed::ProcessGroup& pg, const std::string& path, const std::string& error) {
+  const auto failed = pg.allreduceSum({error.empty() ? 0.0 : 1.0});
+  if (failed[0] == 0) return;
+  if (pg.runtime().isMain()) {
+    std::error_code ec;
+    fs::remove_all(path + ".partial", ec);
+  }
+  throw std::runtime_error(
+      error.empty() ? fmt::format("cannot write checkpoint '{}': another rank could not write its "
+                                  "part (its log says why)",
+                                  path)
+                    : fmt::format("cannot write checkpoint '{}': {}", path, error));
+}
+
+}  // namespace
+
+void saveShardedCheckpoint(const std::string& path,
+                           const std::vector<distributed::UnitShard>& units,
+                           torch::nn::Module& model, const LoopState& state, torch::Device device,
+                           distributed::ProcessGroup& pg) {
+  const auto& rt = pg.runtime();
+  const std::string partial = path + ".partial";
+  std::string error;
+  if (rt.isMain()) {
+    std::error_code ec;
+    fs::remove_all(partial, ec);
+    if (!fs::create_directories(partial, ec) || ec)
+      error = fmt::format("cannot create '{}': {}", partial, ec.message());
+  }
+  agree(pg, path, error);
+  try {  // every rank at once
+    writeRankFile(partial + "/" + shardedRankFile(rt.rank, rt.world_size), units, model, device,
+                  rt.isMain());
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  agree(pg, path, error);
+  if (rt.isMain()) {
+    try {
+      io::writeFileAtomic(partial + "/index.json",
+                          indexJson(units, state, rt.world_size).dump(1) + "\n");
+      std::error_code ec;
+      fs::remove_all(path, ec);  // the same step saved again
+      fs::rename(partial, path);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  agree(pg, path, error);
+}
+
+}  // namespace ltrain::train
