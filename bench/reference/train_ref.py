@@ -288,6 +288,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--init", help="initial weights (.safetensors)")
     ap.add_argument("--save-init", help="write the seeded initial weights here and exit")
+    ap.add_argument("--flops", action="store_true",
+                    help="print the training FLOPs per example (forward and backward, counted by "
+                         "torch.utils.flop_counter on one batch) as JSON and exit")
     args = ap.parse_args()
     start = time.time()
     cfg = yaml.safe_load(subprocess.check_output([args.ltrain, "config", args.config, *args.overrides]))
@@ -313,6 +316,14 @@ def main():
     weights = model.weights if hasattr(model, "weights") else model.state_dict
     if args.save_init:
         save_file({k: v.contiguous() for k, v in weights().items()}, args.save_init)
+        return
+    if args.flops:
+        from torch.utils.flop_counter import FlopCounterMode
+        n = cfg["data"]["batch_size"]
+        x, y = train.batch(list(range(n)))
+        with FlopCounterMode(display=False) as counter:
+            loss_of(model(x).float(), y).backward()
+        print(json.dumps({"flops_per_example": counter.get_total_flops() / n}))
         return
     if args.init:
         (model.load_weights if hasattr(model, "load_weights") else model.load_state_dict)(load_file(args.init))

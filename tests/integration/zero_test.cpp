@@ -6,9 +6,9 @@
 // under ZeRO-3), and checkpoints that resume across zero stages and world sizes.
 #include <torch/torch.h>
 
-#include <filesystem>
 #include <yaml-cpp/yaml.h>
 #include <catch2/catch.hpp>
+#include <filesystem>
 
 #include "support/process.h"
 #include "support/results.h"
@@ -234,7 +234,7 @@ TEST_CASE("dist.zero=3 trains a GPT to plain DDP's weights holding 1/world of th
   CHECK(diff < 1e-5);
   for (const char* key : {"parameter_mb", "gradient_mb", "optimizer_state_mb"}) {
     INFO(key << ": ddp " << summaryValue(dir / "ddp", key) << ", zero-3 "
-              << summaryValue(dir / "z3", key));
+             << summaryValue(dir / "z3", key));
     CHECK(summaryValue(dir / "z3", key) ==
           Approx(summaryValue(dir / "ddp", key) / 2).epsilon(0.05));
   }
@@ -244,9 +244,10 @@ TEST_CASE("dist.zero=3 trains a GPT to plain DDP's weights holding 1/world of th
         0.75 * summaryValue(dir / "ddp", "parameter_mb"));
 }
 
-TEST_CASE("dist.strategy=fsdp over three ranks matches DDP: whole-model units, checkpointed "
-          "blocks, a llama",
-          "[dist]") {
+TEST_CASE(
+    "dist.strategy=fsdp over three ranks matches DDP: whole-model units, checkpointed "
+    "blocks without prefetch, uneven evaluation shards, a llama",
+    "[dist]") {
   TempDir dir;
   ltrain::test::writeText(dir / "c.yaml", "seed: 4\n");
   ltrain::test::writeText(dir / "t.txt", ltrain::test::textCorpus(400));
@@ -256,13 +257,22 @@ TEST_CASE("dist.strategy=fsdp over three ranks matches DDP: whole-model units, c
     REQUIRE(r.exit_code == 0);
     return r;
   };
-  train("ddp", 3, {"model.dropout=0.1"});
+  // Evaluation in batches of 8: the three ranks' shards of the validation set take 4 and 5
+  // batches, and every rank must still take part in each unit's all-gather.
+  train("ddp", 3, {"model.dropout=0.1", "data.eval_batch_size=8"});
   auto model = train("model", 3,
-                     {"model.dropout=0.1", "dist.strategy=fsdp", "dist.fsdp_unit=model",
-                      "dist.fsdp_prefetch=false"});
+                     {"model.dropout=0.1", "data.eval_batch_size=8", "dist.strategy=fsdp",
+                      "dist.fsdp_unit=model"});
   CHECK_THAT(model.out, Contains("ZeRO-3 over 1 unit(s)"));
-  train("ckpt", 3, {"model.dropout=0.1", "dist.zero=3", "train.activation_checkpointing=blocks"});
+  train("ckpt", 3,
+        {"model.dropout=0.1", "data.eval_batch_size=8", "dist.zero=3",
+         "train.activation_checkpointing=blocks", "dist.fsdp_prefetch=false"});
   for (const char* run : {"model", "ckpt"}) {
+    INFO(run);
+    CHECK(ltrain::test::readJson(dir / "ddp/summary.json")["test_loss"].get<double>() ==
+          Approx(ltrain::test::readJson(std::string(dir / run) + "/summary.json")["test_loss"]
+                     .get<double>())
+              .epsilon(1e-4));
     const double diff = ltrain::test::maxWeightDiff(dir / "ddp/model.safetensors",
                                                     std::string(dir / run) + "/model.safetensors");
     INFO(run << ": max |ddp - fsdp| = " << diff);
@@ -298,15 +308,15 @@ TEST_CASE("dist.zero=3 resumes a killed run exactly, and across zero stages and 
   ok(ref);
   for (auto [first, second] : {std::pair{"3", "0"}, std::pair{"0", "3"}, std::pair{"3", "1"}}) {
     const std::string run = dir / (std::string("cross") + first + second);
-    ok(runLtrain(gpt(dir, run, 2,
-                     {std::string("dist.zero=") + first, "scheduler.name=constant",
-                      "train.max_steps=10"})));
+    ok(runLtrain(
+        gpt(dir, run, 2,
+            {std::string("dist.zero=") + first, "scheduler.name=constant", "train.max_steps=10"})));
     // ZeRO-3 writes a directory in which every rank wrote its part.
     const std::string ckpt =
         run + "/checkpoints/step-00000010" + (std::string(first) == "3" ? ".shards" : ".pt");
-    auto p2 = runLtrain(gpt(dir, run + "b", 2,
-                            {std::string("dist.zero=") + second, "scheduler.name=constant",
-                             "train.resume=" + ckpt}));
+    auto p2 = runLtrain(gpt(
+        dir, run + "b", 2,
+        {std::string("dist.zero=") + second, "scheduler.name=constant", "train.resume=" + ckpt}));
     ok(p2);
     CHECK(ltrain::test::maxWeightDiff(dir / "ref/model.safetensors", run + "b/model.safetensors") <
           1e-5);
@@ -315,14 +325,39 @@ TEST_CASE("dist.zero=3 resumes a killed run exactly, and across zero stages and 
   // epoch is dealt over three ranks either way, and the two end at the same weights.
   const std::string ckpt = dir / "cross30/checkpoints/step-00000010.shards";
   for (int r = 0; r < 2; ++r)
-    CHECK(std::filesystem::is_regular_file(
-        ckpt + "/rank-0000" + std::to_string(r) + "-of-00002.safetensors"));
+    CHECK(std::filesystem::is_regular_file(ckpt + "/rank-0000" + std::to_string(r) +
+                                           "-of-00002.safetensors"));
   for (const char* zero : {"0", "3"})
-    ok(runLtrain(gpt(dir, dir / (std::string("three") + zero), 3,
-                     {std::string("dist.zero=") + zero, "scheduler.name=constant",
-                      "train.resume=" + ckpt})));
+    ok(runLtrain(gpt(
+        dir, dir / (std::string("three") + zero), 3,
+        {std::string("dist.zero=") + zero, "scheduler.name=constant", "train.resume=" + ckpt})));
   CHECK(ltrain::test::maxWeightDiff(dir / "three0/model.safetensors",
                                     dir / "three3/model.safetensors") < 1e-5);
+
+  // `ltrain eval` reads a sharded checkpoint as it reads the streamed model.safetensors: the
+  // same weights, the same report.
+  auto eval = [&](const std::string& weights) {
+    auto args = gpt(dir, "", 1, {});
+    args.resize(args.size() - 2);  // no --output-dir
+    args[0] = "eval";
+    args.erase(args.begin() + 1, args.begin() + 3);  // nor --nproc-per-node
+    args.insert(args.end(), {"--checkpoint", weights});
+    return runLtrain(args);
+  };
+  auto from_shards = eval(dir / "full/checkpoints/step-00000020.shards");
+  auto from_weights = eval(dir / "full/model.safetensors");
+  INFO(from_shards.out << from_shards.err);
+  REQUIRE(from_shards.exit_code == 0);
+  REQUIRE(from_weights.exit_code == 0);
+  CHECK_THAT(from_shards.out, Contains("perplexity"));
+  CHECK(from_shards.out == from_weights.out);
+
+  // --overwrite clears the old run's sharded checkpoints too: none of them outranks the new run's.
+  auto again = gpt(dir, dir / "full", 2, {"dist.zero=3", "train.max_steps=10"});
+  again.push_back("--overwrite");
+  ok(runLtrain(again));
+  CHECK(std::filesystem::is_directory(dir / "full/checkpoints/step-00000010.shards"));
+  CHECK_FALSE(std::filesystem::exists(dir / "full/checkpoints/step-00000020.shards"));
 
   // A damaged sharded checkpoint is named with what is wrong, and nothing trains from it.
   auto resume = [&](const std::string& from, std::vector<std::string> extra = {}) {

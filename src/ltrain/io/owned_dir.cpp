@@ -19,23 +19,15 @@ constexpr const char* kMarker = ".ltrain";
 // What ltrain writes, relative to the directory; `*.tmp.*` are atomic writes cut short.
 const std::vector<std::string>& patternsFor(DirKind kind) {
   // A trailing '/': a directory ltrain makes, removed once what it wrote there is gone.
-  static const std::vector<std::string> run{"config.yaml",
-                                            "overrides.txt",
-                                            "metrics.jsonl",
-                                            "summary.json",
-                                            "model.safetensors",
-                                            "output.log",
-                                            "vocabulary.json",
-                                            "tokenizer.json",
-                                            "*.tmp.*",
-                                            "checkpoints/",
-                                            "checkpoints/step-*.pt",
-                                            "checkpoints/*.tmp.*",
-                                            "tensorboard/",
-                                            "tensorboard/events.out.tfevents.*",
-                                            "logs/",
-                                            "logs/rank_*.log",
-                                            "logs/error-*.json"};
+  static const std::vector<std::string> run{
+      "config.yaml", "overrides.txt", "metrics.jsonl", "summary.json", "model.safetensors",
+      "output.log", "vocabulary.json", "tokenizer.json", "*.tmp.*", "checkpoints/",
+      "checkpoints/step-*.pt", "checkpoints/*.tmp.*",
+      // dist.zero 3's sharded checkpoints, whole or partial
+      "checkpoints/step-*.shards/", "checkpoints/step-*.shards.partial/",
+      "checkpoints/step-*.shards*/rank-*-of-*.safetensors", "checkpoints/step-*.shards*/index.json",
+      "checkpoints/step-*.shards*/*.tmp.*", "tensorboard/", "tensorboard/events.out.tfevents.*",
+      "logs/", "logs/rank_*.log", "logs/error-*.json"};
   static const std::vector<std::string> sweep{"sweep.yaml", "sweep_summary.csv", "sweep_summary.md",
                                               "*.tmp.*", "[0-9][0-9][0-9]-*/"};
   static const std::vector<std::string> hf_export{

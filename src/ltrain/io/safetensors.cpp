@@ -65,7 +65,7 @@ void saveSafetensors(const std::string& path, const NamedTensors& tensors,
 
 SafetensorsStream::SafetensorsStream(std::string path, const std::vector<Entry>& entries,
                                      const std::map<std::string, std::string>& metadata)
-    : path_(std::move(path)), tmp_(path_ + fmt::format(".tmp-{}", ::getpid())), entries_(entries) {
+    : path_(std::move(path)), tmp_(path_ + fmt::format(".tmp.{}", ::getpid())), entries_(entries) {
   Json header = Json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   int64_t offset = 0;
@@ -86,8 +86,13 @@ SafetensorsStream::SafetensorsStream(std::string path, const std::vector<Entry>&
   file_ = std::fopen(tmp_.c_str(), "wb");
   if (!file_)
     throw std::runtime_error(fmt::format("cannot write '{}': {}", path_, std::strerror(errno)));
-  if (std::fwrite(head.data(), 1, head.size(), file_) != head.size())
-    throw std::runtime_error(fmt::format("cannot write '{}': {}", path_, std::strerror(errno)));
+  if (std::fwrite(head.data(), 1, head.size(), file_) != head.size()) {
+    const std::string why = std::strerror(errno);
+    std::fclose(file_);  // no destructor runs for a constructor that throws
+    file_ = nullptr;
+    std::remove(tmp_.c_str());
+    throw std::runtime_error(fmt::format("cannot write '{}': {}", path_, why));
+  }
 }
 
 SafetensorsStream::~SafetensorsStream() {

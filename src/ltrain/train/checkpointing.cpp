@@ -5,14 +5,16 @@
 #include <memory>
 #include <string>
 
+#include "ltrain/distributed/process_group.h"
 #include "ltrain/io/safetensors.h"
 #include "ltrain/train/sharded_checkpoint.h"
 
 namespace ltrain::train {
 
 // model.safetensors of a dist.zero 3 run, written on the main rank as the units come, one at a
-// time: the whole model is never in one place. A failed write does not leave the collective
-// early (the others are still gathering); it is raised once every unit went by.
+// time: the whole model is never in one place. A failed write does not leave the gathers early
+// (the others are still in them); once every unit went by, every rank learns of it and raises it,
+// so that no rank goes on into the next step alone.
 void Checkpointer::saveWeightsStreaming(models::Classifier& model, distributed::GradientSync& sync,
                                         const std::vector<distributed::UnitShard>& units,
                                         int64_t step) {
@@ -40,8 +42,7 @@ void Checkpointer::saveWeightsStreaming(models::Classifier& model, distributed::
       failure = std::current_exception();
     }
   });
-  if (!main_) return;
-  if (!failure) {
+  if (main_ && !failure) {
     try {
       for (const auto& b : model->named_buffers()) out->write(b.value());
       out->commit();
@@ -49,7 +50,11 @@ void Checkpointer::saveWeightsStreaming(models::Classifier& model, distributed::
       failure = std::current_exception();
     }
   }
+  const bool failed = sharded_pg_->allreduceSum({failure ? 1.0 : 0.0})[0] > 0;
   if (failure) std::rethrow_exception(failure);
+  if (failed)
+    throw std::runtime_error("rank 0 could not write " + run_dir_ +
+                             "/model.safetensors (its log says why)");
 }
 
 std::string Checkpointer::pathFor(int64_t step) const {

@@ -76,10 +76,12 @@ TrainedClassifier loadTrainedClassifier(const config::LoadedConfig& lc,
   const auto& cfg = lc.cfg;
   if (cfg.train.threads > 0) at::set_num_threads(static_cast<int>(cfg.train.threads));
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(weights, ec))
+  const bool shards = std::filesystem::exists(weights + "/index.json", ec);  // dist.zero 3's
+  if (!shards && !std::filesystem::is_regular_file(weights, ec))
     throw UsageError(
         std::filesystem::is_directory(weights, ec)
-            ? fmt::format("--checkpoint '{}' is a directory, expected a .pt or .safetensors file",
+            ? fmt::format("--checkpoint '{}' is a directory, expected a .pt or .safetensors file "
+                          "or a sharded checkpoint's step-N.shards directory",
                           weights)
             : fmt::format("--checkpoint '{}' not found", weights));
   TrainedClassifier t;

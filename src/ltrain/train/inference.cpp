@@ -95,7 +95,9 @@ LoadedModel loadTrainedModel(const InferenceRequest& req, bool need_codec) {
     throw UsageError(
         "expected --checkpoint PATH (a checkpoint .pt or a model.safetensors), "
         "--run RUN_DIR, or model.init_from");
-  if (!lm.weights.empty() && !fs::is_regular_file(lm.weights, ec))
+  // A file, or dist.zero 3's step-N.shards directory.
+  if (!lm.weights.empty() && !fs::is_regular_file(lm.weights, ec) &&
+      !fs::exists(fs::path(lm.weights) / "index.json", ec))
     throw UsageError(fmt::format("--checkpoint '{}' not found", lm.weights));
   const std::string run_dir = !req.run.empty()     ? req.run
                               : lm.weights.empty() ? ""

@@ -77,6 +77,8 @@ LoopState loadShardedCheckpoint(const std::string& path, torch::nn::Module& mode
       for (auto& f : files) {
         auto it = f.find(key);
         if (it == f.end()) fail(fmt::format("is corrupt: a rank's file has no '{}'", key));
+        if (it->second.dim() != 1 || it->second.numel() * world != padded)
+          fail(fmt::format("is corrupt: a rank's '{}' is not 1/{} of the unit", key, world));
         parts.push_back(it->second);
       }
       auto flat = torch::cat(parts);
@@ -112,7 +114,7 @@ LoopState loadShardedCheckpoint(const std::string& path, torch::nn::Module& mode
     fail(fmt::format("is corrupt: {}", e.what_without_backtrace()));
   }
 
-  // Everything checked before anything is copied: another model's checkpoint changes nothing.
+  // Everything checked before anything is copied: a checkpoint refused changes nothing.
   const auto named = model.named_parameters();
   for (const auto& p : named) {
     auto it = params.find(p.key());
@@ -142,16 +144,21 @@ LoopState loadShardedCheckpoint(const std::string& path, torch::nn::Module& mode
           fail(fmt::format("holds another optimizer's state ('{}'), not this run's optimizer's",
                            sname));
   }
+  // A resume (an optimizer to fill) takes the generators' states too; a model alone does not.
+  auto rng = files[0].find("rng.cpu");
+  if (opt && rng == files[0].end()) fail("is corrupt: rank 0's file has no generator state");
+  for (const auto& [name, t] : params)
+    if (t.scalar_type() != torch::kFloat && t.scalar_type() != torch::kBFloat16 &&
+        t.scalar_type() != torch::kHalf && t.scalar_type() != torch::kDouble)
+      fail(fmt::format("is corrupt: '{}' is not floating point", name));
   torch::NoGradGuard no_grad;
   for (auto& p : named) p.value().copy_(params.at(p.key()));
   for (auto& b : model.named_buffers()) b.value().copy_(files[0].at("buffer." + b.key()));
-  if (opt)
-    for (auto& p : named) {
-      const auto& st = states.at(p.key());
-      if (!st.tensors.empty()) distributed::writeParamState(*opt, p.value(), st);
-    }
-  auto rng = files[0].find("rng.cpu");
-  if (rng == files[0].end()) fail("is corrupt: rank 0's file has no generator state");
+  if (!opt) return loop;
+  for (auto& p : named) {
+    const auto& st = states.at(p.key());
+    if (!st.tensors.empty()) distributed::writeParamState(*opt, p.value(), st);
+  }
   setGeneratorState(at::detail::getDefaultCPUGenerator(), rng->second);
   auto rng_cuda = files[0].find("rng.cuda");
   if (device.is_cuda() && rng_cuda != files[0].end())
