@@ -33,10 +33,10 @@ CASES = [  # name, config, processes, overrides
     ("MLP", "configs/fashion_mnist_mlp.yaml", 2, ["train.max_steps=240", "train.log_every=30"]),
     ("CNN", "configs/fashion_mnist_cnn.yaml", 1, ["train.max_steps=96", "train.log_every=12"]),
     ("CNN", "configs/fashion_mnist_cnn.yaml", 2, ["train.max_steps=96", "train.log_every=12"]),
-    ("ResNet-18", "configs/fashion_mnist_resnet18_cpu.yaml", 1, ["train.max_steps=24", "train.log_every=4"]),
-    ("ResNet-18", "configs/fashion_mnist_resnet18_cpu.yaml", 2, ["train.max_steps=24", "train.log_every=4"]),
-    ("GPT", "configs/gpt_char.yaml", 1, ["TOKENS", "train.max_steps=60", "train.log_every=10"]),
-    ("GPT", "configs/gpt_char.yaml", 2, ["TOKENS", "train.max_steps=60", "train.log_every=10"]),
+    ("ResNet-18", "configs/fashion_mnist_resnet18_cpu.yaml", 1, ["train.max_steps=16", "train.log_every=4"]),
+    ("ResNet-18", "configs/fashion_mnist_resnet18_cpu.yaml", 2, ["train.max_steps=16", "train.log_every=4"]),
+    ("GPT", "configs/gpt_char.yaml", 1, ["TOKENS", "train.max_steps=40", "train.log_every=10"]),
+    ("GPT", "configs/gpt_char.yaml", 2, ["TOKENS", "train.max_steps=40", "train.log_every=10"]),
     ("MLP start-up", "configs/fashion_mnist_mlp.yaml", 8, ["train.max_steps=4", "train.log_every=1"]),
 ]
 # The GPT cases read BPE token shards of the fortunes (scripts/prepare_tokens.py), made once.
