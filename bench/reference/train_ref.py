@@ -288,6 +288,9 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--init", help="initial weights (.safetensors)")
     ap.add_argument("--save-init", help="write the seeded initial weights here and exit")
+    ap.add_argument("--fsdp", action="store_true",
+                    help="with several processes: torch.distributed.fsdp.fully_shard (FSDP2) over "
+                         "each layer with parameters of its own, then the whole, instead of DDP")
     ap.add_argument("--flops", action="store_true",
                     help="print the training FLOPs per example (forward and backward, counted by "
                          "torch.utils.flop_counter on one batch) as JSON and exit")
@@ -330,6 +333,18 @@ def main():
     model.to(device)
     if world > 1:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    if world > 1 and args.fsdp:
+        # ltrain's dist.zero 3 oracle. A tied embedding stays with the root, where the head that
+        # multiplies by it finds it gathered; no_sync and per-rank evaluation do not apply.
+        from torch.distributed.fsdp import fully_shard
+        if cfg["train"]["grad_accum"] != 1:
+            sys.exit("train_ref.py --fsdp: train.grad_accum must be 1")
+        tied = cfg["model"]["name"] == "gpt" and cfg["model"]["tie_weights"]
+        for i, layer in enumerate(model.layers):
+            if any(True for _ in layer.parameters(recurse=True)) and not (tied and i == 0):
+                fully_shard(layer)
+        fully_shard(model)
+    elif world > 1:
         model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cfg["dist"]["bucket_cap_mb"],
                                                     find_unused_parameters=cfg["dist"]["find_unused_parameters"])
     opt = make_optimizer(cfg["optimizer"], model.parameters())
@@ -404,14 +419,22 @@ def main():
                 window, window_n = 0.0, 0
                 w_start, w_samples, w_wait = time.time(), 0, 0.0
         t_train += time.time() - t0
-    test_loss, test_acc = evaluate(model, test, d["eval_batch_size"], rank, world, device)
+    if args.fsdp and world > 1:  # each rank's own shard of the test set would break lockstep
+        test_loss, test_acc = float("nan"), float("nan")
+    else:
+        test_loss, test_acc = evaluate(model, test, d["eval_batch_size"], rank, world, device)
+    if args.fsdp and world > 1:  # gathered on every rank (a collective), written by rank 0
+        fsdp_weights = {k: v.full_tensor() if hasattr(v, "full_tensor") else v
+                        for k, v in model.state_dict().items()}
     rss = torch.zeros(world, dtype=torch.float64)
     rss[rank] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
     if world > 1:
         dist.all_reduce(rss)
     if rank == 0:
-        net = model.module if world > 1 else model
+        net = model.module if world > 1 and not args.fsdp else model
         net_weights = net.weights() if hasattr(net, "weights") else net.state_dict()
+        if args.fsdp and world > 1:
+            net_weights = fsdp_weights
         save_file({k: v.detach().cpu().contiguous() for k, v in net_weights.items()},
                   os.path.join(args.out, "model.safetensors"))
         with open(os.path.join(args.out, "summary.json"), "w") as f:
