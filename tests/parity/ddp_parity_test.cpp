@@ -16,12 +16,6 @@ using ltrain::test::runProcess;
 using ltrain::test::TempDir;
 
 namespace {
-std::map<int, double> losses(const std::string& metrics_path) {
-  std::map<int, double> out;
-  for (const auto& j : ltrain::test::metricRecords(metrics_path, "train"))
-    out[j["step"].get<int>()] = j["loss"].get<double>();
-  return out;
-}
 const std::string kRef = std::string(LTRAIN_SOURCE_DIR) + "/bench/reference/train_ref.py";
 }  // namespace
 
@@ -99,7 +93,8 @@ TEST_CASE("ltrain and Python DDP agree step by step from the same weights", "[pa
     INFO(l.out << l.err);
     REQUIRE(l.exit_code == 0);
 
-    auto a = losses(dir / "py/metrics.jsonl"), b = losses(dir / "lt/metrics.jsonl");
+    auto a = ltrain::test::trainLosses(dir / "py/metrics.jsonl");
+    auto b = ltrain::test::trainLosses(dir / "lt/metrics.jsonl");
     REQUIRE(a.size() == 50);
     REQUIRE(b.size() == 50);
     double worst = 0;

@@ -5,8 +5,8 @@
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
-#include "ltrain/io/safetensors.h"
 #include "support/process.h"
+#include "support/results.h"
 #include "support/run_files.h"
 #include "test_paths.h"
 
@@ -14,12 +14,6 @@ using ltrain::test::runProcess;
 using ltrain::test::TempDir;
 
 namespace {
-std::map<int, double> losses(const std::string& metrics_path) {
-  std::map<int, double> out;
-  for (const auto& j : ltrain::test::metricRecords(metrics_path, "train"))
-    out[j["step"].get<int>()] = j["loss"].get<double>();
-  return out;
-}
 const std::string kRef = std::string(LTRAIN_SOURCE_DIR) + "/bench/reference/train_ref.py";
 }  // namespace
 
@@ -82,7 +76,8 @@ TEST_CASE("ltrain's ZeRO-3 and PyTorch's fully_shard agree step by step", "[pari
     REQUIRE(l.exit_code == 0);
     CHECK(l.out.find("ZeRO-3") != std::string::npos);
 
-    auto a = losses(dir / "py/metrics.jsonl"), b = losses(dir / "lt/metrics.jsonl");
+    auto a = ltrain::test::trainLosses(dir / "py/metrics.jsonl");
+    auto b = ltrain::test::trainLosses(dir / "lt/metrics.jsonl");
     REQUIRE(a.size() == static_cast<size_t>(c.steps));
     REQUIRE(b.size() == static_cast<size_t>(c.steps));
     double worst = 0;
@@ -91,14 +86,8 @@ TEST_CASE("ltrain's ZeRO-3 and PyTorch's fully_shard agree step by step", "[pari
     CHECK(worst <= 1e-5);
     CHECK(a[c.steps] < a[1]);  // it trained
 
-    auto wa = ltrain::io::loadSafetensors(dir / "py/model.safetensors");
-    auto wb = ltrain::io::loadSafetensors(dir / "lt/model.safetensors");
-    REQUIRE(wa.size() == wb.size());
-    double max_diff = 0;
-    for (auto& [name, t] : wa) {
-      REQUIRE(wb.count(name));
-      max_diff = std::max(max_diff, (t - wb[name]).abs().max().item<double>());
-    }
+    const double max_diff =
+        ltrain::test::maxWeightDiff(dir / "py/model.safetensors", dir / "lt/model.safetensors");
     INFO("final weights max abs diff " << max_diff);
     CHECK(max_diff <= 1e-5);
   }

@@ -20,6 +20,13 @@ std::vector<io::Json> metricRecords(const std::string& path, const std::string& 
   return out;
 }
 
+std::map<int, double> trainLosses(const std::string& path) {
+  std::map<int, double> out;
+  for (const auto& j : metricRecords(path, "train"))
+    out[j["step"].get<int>()] = j["loss"].get<double>();
+  return out;
+}
+
 std::vector<std::string> syntheticRun(const std::string& config, const std::string& out,
                                       const std::vector<std::string>& extra) {
   std::vector<std::string> a{"train",
