@@ -137,3 +137,25 @@ TEST_CASE("saving into an unwritable place fails clearly and leaves the previous
   std::filesystem::permissions(dir.path(), std::filesystem::perms::owner_all);
   CHECK(std::filesystem::file_size(path) == size);
 }
+
+TEST_CASE("pruning sharded checkpoints deletes ltrain's files only, never the user's") {
+  ltrain::test::TempDir dir;
+  namespace fs = std::filesystem;
+  for (const char* step :
+       {"step-00000001.shards", "step-00000002.shards", "step-00000003.shards"}) {
+    fs::create_directories(dir / step);
+    for (const char* f :
+         {"index.json", "rank-00000-of-00002.safetensors", "rank-00001-of-00002.safetensors"})
+      ltrain::test::writeText(dir / step + "/" + f, "x");
+  }
+  // The user's notes beside the oldest checkpoint's parts, and a file of theirs next to them.
+  ltrain::test::writeText(dir / "step-00000001.shards/notes.txt", "mine");
+  ltrain::test::writeText(dir / "keep-me.txt", "mine");
+  ltrain::train::pruneCheckpoints(dir.path(), 1);
+  CHECK(fs::exists(dir / "step-00000003.shards/index.json"));
+  CHECK_FALSE(fs::exists(dir / "step-00000002.shards"));  // all ltrain's: gone with its directory
+  CHECK_FALSE(fs::exists(dir / "step-00000001.shards/index.json"));
+  CHECK_FALSE(fs::exists(dir / "step-00000001.shards/rank-00000-of-00002.safetensors"));
+  CHECK(ltrain::test::readText(dir / "step-00000001.shards/notes.txt") == "mine");
+  CHECK(ltrain::test::readText(dir / "keep-me.txt") == "mine");
+}

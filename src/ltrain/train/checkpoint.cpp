@@ -127,7 +127,10 @@ void pruneCheckpoints(const std::string& dir, int64_t keep) {
   auto all = checkpointsNewestFirst(dir);
   for (size_t i = static_cast<size_t>(keep); i < all.size(); ++i) {
     std::error_code ec;
-    std::filesystem::remove_all(all[i], ec);
+    if (isShardedCheckpoint(all[i]))
+      removeShardedCheckpoint(all[i]);  // its files only, never the user's
+    else
+      std::filesystem::remove(all[i], ec);
   }
 }
 

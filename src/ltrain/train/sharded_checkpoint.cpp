@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <map>
+#include <regex>
 #include <set>
 
 #include "ltrain/common/errors.h"
@@ -42,6 +43,15 @@ std::string shardedRankFile(int64_t rank, int64_t world) {
 
 std::string shardedCheckpointPath(const std::string& dir, int64_t step) {
   return fmt::format("{}/step-{:08d}.shards", dir, step);
+}
+
+void removeShardedCheckpoint(const std::string& dir) {
+  static const std::regex ours(R"(index\.json|rank-\d+-of-\d+\.safetensors|.*\.tmp\.\d+)");
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file(ec) && std::regex_match(e.path().filename().string(), ours))
+      fs::remove(e.path(), ec);
+  fs::remove(dir, ec);  // only when empty
 }
 
 bool isShardedCheckpoint(const std::string& path) {

@@ -33,6 +33,10 @@ std::string shardedRankFile(int64_t rank, int64_t world);
 // "<dir>/step-00000042.shards".
 std::string shardedCheckpointPath(const std::string& dir, int64_t step);
 bool isShardedCheckpoint(const std::string& path);
+// Deletes what ltrain writes into a sharded checkpoint's directory (index.json, the rank files,
+// their temporaries), then the directory if that left it empty: a file of the user's put there
+// stays, and so does the directory holding it.
+void removeShardedCheckpoint(const std::string& dir);
 
 // Collective: every rank passes its units. std::runtime_error naming the directory (and, on the
 // rank that failed, the file) when any rank cannot write; the previous checkpoints stay.

@@ -76,8 +76,7 @@ void agree(distributed::ProcessGroup& pg, const std::string& path, const std::st
   const auto failed = pg.allreduceSum({error.empty() ? 0.0 : 1.0});
   if (failed[0] == 0) return;
   if (pg.runtime().isMain()) {
-    std::error_code ec;
-    fs::remove_all(path + ".partial", ec);
+    removeShardedCheckpoint(path + ".partial");
   }
   throw std::runtime_error(
       error.empty() ? fmt::format("cannot write checkpoint '{}': another rank could not write its "
@@ -97,9 +96,9 @@ void saveShardedCheckpoint(const std::string& path,
   std::string error;
   if (rt.isMain()) {
     std::error_code ec;
-    fs::remove_all(partial, ec);
-    if (!fs::create_directories(partial, ec) || ec)
-      error = fmt::format("cannot create '{}': {}", partial, ec.message());
+    removeShardedCheckpoint(partial);
+    fs::create_directories(partial, ec);
+    if (ec) error = fmt::format("cannot create '{}': {}", partial, ec.message());
   }
   agree(pg, path, error);
   try {  // every rank at once
@@ -113,8 +112,7 @@ void saveShardedCheckpoint(const std::string& path,
     try {
       io::writeFileAtomic(partial + "/index.json",
                           indexJson(units, state, rt.world_size).dump(1) + "\n");
-      std::error_code ec;
-      fs::remove_all(path, ec);  // the same step saved again
+      removeShardedCheckpoint(path);  // the same step saved again
       fs::rename(partial, path);
     } catch (const std::exception& e) {
       error = e.what();
