@@ -18,6 +18,7 @@
 #include "ltrain/common/errors.h"
 #include "ltrain/common/stop_signal.h"
 #include "ltrain/config/emit.h"
+#include "ltrain/cuda/plugin.h"
 #include "ltrain/config/load.h"
 #include "ltrain/distributed/runtime.h"
 #include "ltrain/io/files.h"
@@ -221,6 +222,7 @@ int main(int argc, char** argv) {
   // that names the peer, not kill this process silently with SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
   ltrain::tuneAllocatorForTraining();
+  ltrain::cuda::loadIfPresent();  // before anything asks LibTorch about CUDA
   CLI::App app{"ltrain: train LibTorch models from a YAML config, on one or many devices"};
   app.require_subcommand(1);
   Args a;

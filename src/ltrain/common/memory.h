@@ -4,10 +4,7 @@
 #include <fstream>
 #include <string>
 
-#if __has_include(<c10/cuda/CUDACachingAllocator.h>) && __has_include(<cuda_runtime_api.h>)
-#include <c10/cuda/CUDACachingAllocator.h>
-#define LTRAIN_CUDA_ALLOCATOR_STATS 1
-#endif
+#include "ltrain/cuda/plugin.h"
 
 namespace ltrain {
 
@@ -27,17 +24,8 @@ inline double peakRssMb() {
 
 // Peak bytes allocated on GPU `device` since the process started, in MiB (0 without CUDA).
 inline double peakCudaMemoryMb(int device) {
-#ifdef LTRAIN_CUDA_ALLOCATOR_STATS
-  const auto stats =
-      c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(device));
-  return static_cast<double>(
-             stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)]
-                 .peak) /
-         (1024.0 * 1024.0);
-#else
-  (void)device;
-  return 0;
-#endif
+  const auto* cuda = cuda::plugin();
+  return cuda ? cuda->peak_allocated_mb(device) : 0;
 }
 
 }  // namespace ltrain

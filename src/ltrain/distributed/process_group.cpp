@@ -6,15 +6,13 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
-#ifdef USE_C10D_NCCL
-#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
-#endif
 
 #include <thread>
 
 #include "ltrain/common/error_report.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/common/stop_signal.h"
+#include "ltrain/cuda/plugin.h"
 #include "ltrain/distributed/sockets.h"
 
 namespace ltrain::distributed {
@@ -121,19 +119,12 @@ c10::intrusive_ptr<c10d::Backend> ProcessGroup::makeBackend(const std::string& p
       }
       return c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, rt_.rank, rt_.world_size, opts);
     }
-#ifdef USE_C10D_NCCL
-    auto opts = c10d::ProcessGroupNCCL::Options::create();
-    opts->timeout = timeout_;
-    auto nccl =
-        c10::make_intrusive<c10d::ProcessGroupNCCL>(pg_store, rt_.rank, rt_.world_size, opts);
-    // Bound to its GPU and connected now, as init_process_group(device_id=...) does: NCCL then
-    // never guesses the device, and a broken peer fails here rather than mid-step.
-    nccl->setBoundDeviceId(device);
-    nccl->eagerConnectSingleDevice(device);
-    return nccl;
-#else
-    throw UsageError("dist.backend=nccl: this build of LibTorch has no NCCL");
-#endif
+    // NCCL lives with LibTorch's CUDA libraries (cuda/plugin.h), loaded where a GPU driver is.
+    const auto* cuda = cuda::plugin();
+    if (!cuda)
+      throw UsageError("dist.backend=nccl: the CUDA libraries are not loaded (no NVIDIA driver)");
+    return cuda->make_nccl(pg_store, static_cast<int>(rt_.rank), static_cast<int>(rt_.world_size),
+                           timeout_, device);
   } catch (const c10::Error& e) {
     throw std::runtime_error(fmt::format("rank {}: creating the {} process group failed: {}",
                                          rt_.rank, backend_name_,

@@ -3,10 +3,7 @@
 #include <utility>
 #include <vector>
 
-#if __has_include(<ATen/cuda/CUDAContext.h>) && __has_include(<cuda_runtime_api.h>)
-#include <ATen/cuda/CUDAContext.h>
-#define LTRAIN_HAS_CUDA_HEADERS 1
-#endif
+#include "ltrain/cuda/plugin.h"
 
 namespace ltrain::train {
 
@@ -38,13 +35,8 @@ double knownPeakFlops(const std::string& name) {
 
 double peakFlops(const config::TrainConfig& t, const std::string& device_type, int device_index) {
   if (t.peak_flops > 0) return t.peak_flops;
-#ifdef LTRAIN_HAS_CUDA_HEADERS
-  if (device_type == "cuda")
-    return knownPeakFlops(
-        at::cuda::getDeviceProperties(static_cast<c10::DeviceIndex>(device_index))->name);
-#else
-  (void)device_type, (void)device_index;
-#endif
+  const auto* cuda = cuda::plugin();
+  if (device_type == "cuda" && cuda) return knownPeakFlops(cuda->device_name(device_index));
   return 0;
 }
 

@@ -3,10 +3,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#if __has_include(<c10/cuda/CUDAFunctions.h>) && __has_include(<cuda_runtime_api.h>)
-#include <c10/cuda/CUDAFunctions.h>
-#define LTRAIN_SYNC_DEBUG 1
-#endif
+#include "ltrain/cuda/plugin.h"
 
 namespace ltrain::train {
 namespace {
@@ -23,29 +20,16 @@ int askedLevel() {
 }
 }  // namespace
 
-bool NoHostSyncScope::requested() {
-#ifdef LTRAIN_SYNC_DEBUG
-  return askedLevel() > 0;
-#else
-  return false;
-#endif
-}
+bool NoHostSyncScope::requested() { return askedLevel() > 0 && cuda::plugin(); }
 
 NoHostSyncScope::NoHostSyncScope(bool active) {
-#ifdef LTRAIN_SYNC_DEBUG
   if (!active || !requested()) return;
-  c10::cuda::warning_state().set_sync_debug_mode(
-      askedLevel() == 2 ? c10::cuda::SyncDebugMode::L_ERROR : c10::cuda::SyncDebugMode::L_WARN);
+  cuda::plugin()->set_sync_debug_mode(askedLevel());
   on_ = true;
-#else
-  (void)active;
-#endif
 }
 
 NoHostSyncScope::~NoHostSyncScope() {
-#ifdef LTRAIN_SYNC_DEBUG
-  if (on_) c10::cuda::warning_state().set_sync_debug_mode(c10::cuda::SyncDebugMode::L_DISABLED);
-#endif
+  if (on_) cuda::plugin()->set_sync_debug_mode(0);
 }
 
 }  // namespace ltrain::train

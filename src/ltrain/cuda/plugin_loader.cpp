@@ -1,0 +1,58 @@
+#include <dlfcn.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <mutex>
+#include <string>
+
+#include "ltrain/cuda/plugin.h"
+
+namespace ltrain::cuda {
+namespace {
+const Plugin* loaded = nullptr;
+
+bool wanted() {
+  const char* v = std::getenv("LTRAIN_LOAD_CUDA");
+  if (v && std::string(v) == "1") return true;
+  if (v && std::string(v) == "0") return false;
+  // The NVIDIA kernel driver's control device: without it no GPU can be used.
+  return access("/dev/nvidiactl", F_OK) == 0 || access("/proc/driver/nvidia/version", F_OK) == 0;
+}
+
+std::string pluginPath() {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  for (const auto& dir : {exe.parent_path(), exe.parent_path().parent_path()}) {
+    const auto p = dir / "libltrain_cuda.so";
+    if (fs::exists(p, ec)) return p.string();
+  }
+  return "libltrain_cuda.so";  // the loader's search path, then
+}
+}  // namespace
+
+void loadIfPresent() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    if (!wanted()) return;
+    const std::string path = pluginPath();
+    // RTLD_GLOBAL: LibTorch's CUDA libraries register themselves with the CPU library.
+    void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+    if (!h) {
+      spdlog::warn("the CUDA libraries did not load ({}): running without a GPU", dlerror());
+      return;
+    }
+    auto get = reinterpret_cast<const Plugin* (*)()>(dlsym(h, "ltrain_cuda_plugin"));
+    if (!get) {
+      spdlog::warn("{} has no ltrain_cuda_plugin: running without a GPU", path);
+      return;
+    }
+    loaded = get();
+  });
+}
+
+const Plugin* plugin() { return loaded; }
+
+}  // namespace ltrain::cuda
