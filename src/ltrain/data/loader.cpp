@@ -33,10 +33,11 @@ Batch makeBatch(const Dataset& ds, const int64_t* indices, int64_t count, bool p
     if (ds.inputs.scalar_type() == torch::kUInt8) x.div_(255.f);
     x.sub_(mean).div_(std);
   } else if (x.scalar_type() == torch::kUInt8) {
-    // (x/255 - mean)/std folded into one multiply-add on the float copy. (A one-pass gather through
-    // a 256-entry table measured 3x slower than these vectorised ops: bench/RESULTS.md.)
+    // (x/255 - mean)/std folded into one multiply-add, in one pass that reads the bytes and
+    // writes the floats: add(shift, x, alpha=scale) with a 0-d float `shift` computes in float.
+    // (A gather through a 256-entry table measured 3x slower: bench/RESULTS.md.)
     const float scale = 1.f / (255.f * ds.std), shift = -ds.mean / ds.std;
-    x = x.to(torch::kFloat).mul_(scale).add_(shift);
+    x = torch::add(torch::scalar_tensor(shift, torch::kFloat), x, scale);
   } else if (ds.mean != 0.f || ds.std != 1.f) {
     x = (x - ds.mean) / ds.std;
   }
