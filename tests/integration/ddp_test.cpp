@@ -66,6 +66,25 @@ TEST_CASE("one allreduce per bucket, and the first starts before backward ends",
   }
 }
 
+TEST_CASE("buckets are laid out again in the order gradients became ready in the first step",
+          "[dist]") {
+  // The layers run in the reverse of their registration order, so reverse registration order
+  // (the first step's buckets) puts fc3 first although backward reaches it last; from the second
+  // step on, the buckets follow backward: fc1's before fc2's before fc3's.
+  auto res = runWorkers(2, "reversed");
+  for (auto& [rank, kv] : res) {
+    INFO("rank " << rank << " before " << kv["order_before"] << " after " << kv["order_after"]);
+    CHECK(std::stod(kv["max_diff"]) <= 1e-6);  // both steps average as plain DDP
+    const auto& before = kv["order_before"];
+    const auto& after = kv["order_after"];
+    CHECK(before.find("fc2") < before.find("fc1"));
+    CHECK(after.find('|') != std::string::npos);  // more than one bucket
+    CHECK(after.find("fc1") < after.find("fc2"));
+    CHECK(after.find("fc2") < after.find("fc3"));
+    CHECK(after == res[0]["order_after"]);  // rank 0's order, on every rank
+  }
+}
+
 TEST_CASE("an unused parameter without find_unused_parameters is a clear error, not a hang",
           "[dist]") {
   const auto t0 = std::chrono::steady_clock::now();

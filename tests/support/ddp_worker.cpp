@@ -2,13 +2,17 @@
 // the BucketReducer, runs one synchronised backward and prints one "result ..." line with
 // what the test checks: the largest difference between DDP's gradients and the plain average of
 // every rank's own gradients, bucket and allreduce counts, and launch/backward-end timestamps.
-//   ddp_worker MODE   (MODE: basic | unused | unused_error | overlap | bf16 | accum)
+//   ddp_worker MODE   (MODE: basic | unused | unused_error | overlap | bf16 | accum | reversed)
+// reversed: the layers run in the reverse of their registration order, and the reducer rebuilds
+// its buckets after the first step; a second step follows, and the buckets' parameters before
+// and after are printed.
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <iostream>
 
 #include "ltrain/config/schema.h"
+#include "ltrain/cuda/plugin.h"
 #include "ltrain/distributed/bucket_reducer.h"
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/distributed/runtime.h"
@@ -23,11 +27,15 @@ struct NetImpl : torch::nn::Module {
     if (with_unused) extra = register_module("extra", torch::nn::Linear(width, 4));
   }
   torch::Tensor forward(torch::Tensor x) {
-    for (auto& l : layers) x = torch::relu(l->forward(x));
+    if (reversed)
+      for (auto it = layers.rbegin(); it != layers.rend(); ++it) x = torch::relu((*it)->forward(x));
+    else
+      for (auto& l : layers) x = torch::relu(l->forward(x));
     return head->forward(x);
   }
   std::vector<torch::nn::Linear> layers;
   torch::nn::Linear head{nullptr}, extra{nullptr};
+  bool reversed = false;
 };
 TORCH_MODULE(Net);
 
@@ -35,6 +43,7 @@ TORCH_MODULE(Net);
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "basic";
+  ltrain::cuda::loadIfPresent();
   auto rt = ltrain::distributed::runtimeFromEnv();
   auto dc = ltrain::config::defaults().dist;
   dc.timeout_s = 30;
@@ -51,11 +60,13 @@ int main(int argc, char** argv) {
   torch::manual_seed(1000 + rt.rank);  // different on each rank: DDP must broadcast rank 0's
   Net net(width, depth, mode == "unused" || mode == "unused_error");
   net->to(device);
+  net->reversed = mode == "reversed";
 
   ltrain::distributed::ReducerOptions o;
   o.bucket_cap_mb = overlap ? 4.0 : 0.01;
   o.first_bucket_mb = overlap ? 1.0 : 0.01;
   o.find_unused_parameters = mode == "unused";
+  o.rebuild_buckets = mode == "reversed";
   o.compression =
       mode == "bf16" ? ltrain::config::Compression::kBf16 : ltrain::config::Compression::kNone;
   ltrain::distributed::BucketReducer ddp(ltrain::distributed::ReducedTensors::of(*net), *comm, o);
@@ -91,21 +102,35 @@ int main(int argc, char** argv) {
   comm->backend()->allreduce(io)->wait();
   auto expected = io[0] / rt.world_size;
 
-  try {
-    for (int i = 0; i < micro; ++i) {
-      ddp.prepareBackward(i == micro - 1);
-      torch::nn::functional::cross_entropy(net->forward(xs[i]), ys[i]).backward();
+  auto bucketOrder = [&] {  // every bucket's parameters in order, buckets separated by '|'
+    std::string out;
+    for (const auto& names : ddp.bucketParameterNames()) {
+      if (!out.empty()) out += "|";
+      for (size_t i = 0; i < names.size(); ++i) out += (i ? "," : "") + names[i];
     }
-    ddp.finishBackward();
-  } catch (const std::exception& e) {
-    std::cerr << "ddp_worker: error: " << e.what() << "\n";
-    return 1;
+    return out;
+  };
+  const std::string order_before = bucketOrder();
+  double max_diff = 0;
+  // reversed: a second step over the rebuilt buckets (no optimizer step, so the same gradients).
+  for (int step = 0; step < (mode == "reversed" ? 2 : 1); ++step) {
+    try {
+      for (auto& p : net->parameters()) p.mutable_grad().reset();
+      for (int i = 0; i < micro; ++i) {
+        ddp.prepareBackward(i == micro - 1);
+        torch::nn::functional::cross_entropy(net->forward(xs[i]), ys[i]).backward();
+      }
+      ddp.finishBackward();
+    } catch (const std::exception& e) {
+      std::cerr << "ddp_worker: error: " << e.what() << "\n";
+      return 1;
+    }
+    std::vector<torch::Tensor> got;
+    for (auto& p : net->parameters())
+      got.push_back(p.grad().defined() ? p.grad().reshape(-1)
+                                       : torch::zeros({p.numel()}, p.options()));
+    max_diff = std::max(max_diff, (torch::cat(got) - expected).abs().max().item<double>());
   }
-  std::vector<torch::Tensor> got;
-  for (auto& p : net->parameters())
-    got.push_back(p.grad().defined() ? p.grad().reshape(-1)
-                                     : torch::zeros({p.numel()}, p.options()));
-  const double max_diff = (torch::cat(got) - expected).abs().max().item<double>();
   double unused_norm = 0;
   if (net->extra)
     unused_norm =
@@ -115,10 +140,10 @@ int main(int argc, char** argv) {
                    "result rank={} device={} backend={} broadcast_ok={} max_diff={:.3g} buckets={} "
                    "allreduce_calls={} "
                    "first_launch_s={:.6f} "
-                   "backward_end_s={:.6f} unused_grad_norm={}",
+                   "backward_end_s={:.6f} unused_grad_norm={} order_before={} order_after={}",
                    rt.rank, device.str(), comm->backendName(), broadcast_ok, max_diff,
                    ddp.bucketCount(), st.collectives, st.first_launch_s, st.backward_end_s,
-                   unused_norm)
+                   unused_norm, order_before, bucketOrder())
             << std::endl;
   return 0;
 }

@@ -71,6 +71,24 @@ BucketReducer::BucketReducer(ReducedTensors tensors, ProcessGroup& pg, ReducerOp
   }
   std::reverse(params.begin(), params.end());
   std::reverse(group_of.begin(), group_of.end());
+  std::vector<size_t> order;
+  for (size_t i = 0; i < params.size(); ++i) {
+    slots_.push_back({params[i].second, params[i].first, 0, 0, params[i].second.numel()});
+    order.push_back(i);
+  }
+  group_of_ = std::move(group_of);
+  layOutBuckets(order);
+  ready_.assign(slots_.size(), 0);
+  seen_.assign(slots_.size(), 0);
+  seen_per_bucket_.assign(buckets_.size(), 0);
+  for (size_t s = 0; s < slots_.size(); ++s)
+    torch::autograd::impl::set_post_acc_grad_hooks(slots_[s].param,
+                                                   std::make_unique<GradReadyHook>(this, s));
+}
+
+void BucketReducer::layOutBuckets(const std::vector<size_t>& order) {
+  // A bucket per (dtype, device) open at a time, closed when it reaches its limit (the first at
+  // first_bucket_mb), over the slots in the given order; or the caller's groups.
   std::map<std::string, std::vector<size_t>> open;  // key -> slots of the open bucket
   std::map<std::string, int64_t> open_bytes, closed_count;
   std::map<int64_t, std::vector<size_t>> chosen;  // the caller's groups
@@ -82,15 +100,16 @@ BucketReducer::BucketReducer(ReducedTensors tensors, ProcessGroup& pg, ReducerOp
     open_bytes[key] = 0;
     ++closed_count[key];
   };
-  for (size_t i = 0; i < params.size(); ++i) {
-    const auto& [name, p] = params[i];
-    slots_.push_back({p, name, 0, 0, p.numel()});
+  std::vector<size_t> position(slots_.size());
+  for (size_t i = 0; i < order.size(); ++i) position[order[i]] = i;
+  for (size_t s : order) {
+    const auto& p = slots_[s].param;
     if (!opts_.groups.empty()) {
-      chosen[group_of[i]].push_back(slots_.size() - 1);
+      chosen[group_of_[s]].push_back(s);
       continue;
     }
     const std::string key = fmt::format("{}/{}", c10::toString(p.scalar_type()), p.device().str());
-    open[key].push_back(slots_.size() - 1);
+    open[key].push_back(s);
     open_bytes[key] += p.numel() * static_cast<int64_t>(p.element_size());
     const double limit_mb = closed_count[key] == 0 ? opts_.first_bucket_mb : opts_.bucket_cap_mb;
     if (open_bytes[key] >= static_cast<int64_t>(limit_mb * 1024 * 1024)) close(key);
@@ -98,8 +117,11 @@ BucketReducer::BucketReducer(ReducedTensors tensors, ProcessGroup& pg, ReducerOp
   for (auto& [key, s] : open) close(key);
   for (auto& [group, s] : chosen) groups.push_back(s);
   // Same order on every rank: by the position of each bucket's first parameter.
-  std::sort(groups.begin(), groups.end(),
-            [](const auto& a, const auto& b) { return a.front() < b.front(); });
+  std::sort(groups.begin(), groups.end(), [&](const auto& a, const auto& b) {
+    return position[a.front()] < position[b.front()];
+  });
+  buckets_.clear();
+  extras_offset_ = -1;
   for (auto& g : groups) {
     Bucket b;
     int64_t offset = 0;
@@ -123,12 +145,27 @@ BucketReducer::BucketReducer(ReducedTensors tensors, ProcessGroup& pg, ReducerOp
     b.slots = g;
     buckets_.push_back(std::move(b));
   }
-  ready_.assign(slots_.size(), 0);
-  seen_.assign(slots_.size(), 0);
   seen_per_bucket_.assign(buckets_.size(), 0);
-  for (size_t s = 0; s < slots_.size(); ++s)
-    torch::autograd::impl::set_post_acc_grad_hooks(slots_[s].param,
-                                                   std::make_unique<GradReadyHook>(this, s));
+}
+
+void BucketReducer::rebuildFromReadyOrder() {
+  // PyTorch's reducer does this once, after the first step: the buckets are laid out again in
+  // the order the gradients became ready, rank 0's order broadcast so that all agree. The
+  // parameters left unready (unused) keep their place after the rest.
+  std::vector<int64_t> order(ready_order_.begin(), ready_order_.end());
+  std::vector<char> in(slots_.size(), 0);
+  for (size_t s : ready_order_) in[s] = 1;
+  for (const auto& b : buckets_)
+    for (size_t s : b.slots)
+      if (!in[s]) order.push_back(static_cast<int64_t>(s));
+  const auto device = slots_.empty() ? torch::Device(torch::kCPU) : slots_[0].param.device();
+  std::vector<at::Tensor> io{torch::tensor(order, torch::kLong).to(device)};
+  pg_.wait(pg_.backend()->broadcast(io));
+  const auto agreed_cpu = io[0].cpu();
+  const auto agreed = agreed_cpu.accessor<int64_t, 1>();
+  std::vector<size_t> next(order.size());
+  for (size_t i = 0; i < next.size(); ++i) next[i] = static_cast<size_t>(agreed[static_cast<int64_t>(i)]);
+  layOutBuckets(next);
 }
 
 BucketReducer::~BucketReducer() {
@@ -194,6 +231,7 @@ void BucketReducer::markReady(size_t s) {
   }
   if (!armed_ || ready_[s]) return;
   ready_[s] = 1;
+  if (opts_.rebuild_buckets && !rebuilt_) ready_order_.push_back(s);
   Slot& slot = slots_[s];
   Bucket& b = buckets_[slot.bucket];
   torch::NoGradGuard no_grad;
@@ -306,6 +344,8 @@ void BucketReducer::finishBackward() {
         p.mutable_grad() = reduced.to(p.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
     }
   }
+  // (The gradients written above keep the old buffers alive until the next step replaces them.)
+  if (opts_.rebuild_buckets && !rebuilt_) rebuilt_ = true, rebuildFromReadyOrder();
   if (extras_offset_ >= 0)
     extras_ =
         buckets_.back().buffer.narrow(0, extras_offset_, static_cast<int64_t>(opts_.extra_scalars));

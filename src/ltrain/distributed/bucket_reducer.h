@@ -45,6 +45,10 @@ struct ReducerOptions {
   // Runs (under the reducer's lock) once every parameter of bucket b got its gradient in a
   // backward, armed or not (no_sync): dist.zero 3 frees the unit's gathered parameters there.
   std::function<void(size_t)> on_bucket_grads;
+  // After the first synchronised backward, lay the buckets out again in the order the gradients
+  // became ready (rank 0's), as PyTorch's reducer does. Size-chosen all-reduce buckets only: the
+  // sharded optimizers keep state by bucket layout.
+  bool rebuild_buckets = false;
 };
 
 struct ReducerStats {
@@ -121,6 +125,8 @@ class BucketReducer {
   void markReady(size_t slot);
   bool viewsGrad(const Slot& slot) const;
   void launchReady();  // under mu_
+  void layOutBuckets(const std::vector<size_t>& order);  // slots in bucket order
+  void rebuildFromReadyOrder();
   void broadcastCoalesced(const std::vector<torch::Tensor>& tensors);
   bool scatters() const { return opts_.collective == ReducerOptions::Collective::kReduceScatter; }
   double now() const;
@@ -131,7 +137,10 @@ class BucketReducer {
   ReducerOptions opts_;
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
+  std::vector<int64_t> group_of_;  // per slot, the caller's group (opts_.groups), else -1
   std::vector<char> ready_;
+  std::vector<size_t> ready_order_;  // slots as their gradients became ready, first step
+  bool rebuilt_ = false;
   std::vector<char> seen_;  // on_bucket_grads: gradients seen in this backward
   std::vector<size_t> seen_per_bucket_;
   int64_t extras_offset_ = -1;  // where the extra scalars sit in the last bucket, or -1

@@ -35,6 +35,7 @@ class DdpSync final : public GradientSync {
       o.bucket_cap_mb = s.dist.bucket_cap_mb;
       o.find_unused_parameters = s.dist.find_unused_parameters;
       o.compression = s.dist.grad_compression;
+      o.rebuild_buckets = true;
       o.extra_scalars = i == 0 ? s.extra_scalars : 0;
       st.has_buffers = !share.tensors.buffers.empty();
       st.reducer =
