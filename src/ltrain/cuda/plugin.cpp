@@ -23,9 +23,10 @@ std::string deviceName(int device) {
 }
 
 void setSyncDebugMode(int level) {
-  c10::cuda::warning_state().set_sync_debug_mode(level == 2   ? c10::cuda::SyncDebugMode::L_ERROR
-                                                 : level == 1 ? c10::cuda::SyncDebugMode::L_WARN
-                                                              : c10::cuda::SyncDebugMode::L_DISABLED);
+  c10::cuda::warning_state().set_sync_debug_mode(level == 2 ? c10::cuda::SyncDebugMode::L_ERROR
+                                                 : level == 1
+                                                     ? c10::cuda::SyncDebugMode::L_WARN
+                                                     : c10::cuda::SyncDebugMode::L_DISABLED);
 }
 
 c10::intrusive_ptr<c10d::Backend> makeNccl(const c10::intrusive_ptr<c10d::Store>& store, int rank,

@@ -1,7 +1,7 @@
 #include <dlfcn.h>
-#include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <mutex>
@@ -41,18 +41,24 @@ void loadIfPresent() {
     // RTLD_GLOBAL: LibTorch's CUDA libraries register themselves with the CPU library.
     void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
     if (!h) {
-      spdlog::warn("the CUDA libraries did not load ({}): running without a GPU", dlerror());
+      // On stderr, before logging is set up: the launcher passes a worker's stderr through.
+      std::fprintf(stderr,
+                   "ltrain: warning: the CUDA libraries did not load (%s): running without a GPU\n",
+                   dlerror());
       return;
     }
     auto get = reinterpret_cast<const Plugin* (*)()>(dlsym(h, "ltrain_cuda_plugin"));
     if (!get) {
-      spdlog::warn("{} has no ltrain_cuda_plugin: running without a GPU", path);
+      std::fprintf(stderr, "ltrain: warning: %s has no ltrain_cuda_plugin: running without a GPU\n",
+                   path.c_str());
       return;
     }
     loaded = get();
   });
 }
 
-const Plugin* plugin() { return loaded; }
+const Plugin* plugin() {
+  return loaded;
+}
 
 }  // namespace ltrain::cuda

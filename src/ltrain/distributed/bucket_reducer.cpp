@@ -164,7 +164,8 @@ void BucketReducer::rebuildFromReadyOrder() {
   const auto agreed_cpu = io[0].cpu();
   const auto agreed = agreed_cpu.accessor<int64_t, 1>();
   std::vector<size_t> next(order.size());
-  for (size_t i = 0; i < next.size(); ++i) next[i] = static_cast<size_t>(agreed[static_cast<int64_t>(i)]);
+  for (size_t i = 0; i < next.size(); ++i)
+    next[i] = static_cast<size_t>(agreed[static_cast<int64_t>(i)]);
   layOutBuckets(next);
 }
 
