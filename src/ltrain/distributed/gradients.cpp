@@ -2,8 +2,6 @@
 
 #include <torch/torch.h>
 
-#include <algorithm>
-#include <cmath>
 #include <map>
 #include <set>
 
@@ -17,17 +15,6 @@ torch::Tensor unscaleAndFindInf(const std::vector<torch::Tensor>& grads,
                                 const torch::Tensor& factor) {
   torch::NoGradGuard no_grad;
   if (grads.empty()) return torch::zeros({1});
-  if (!factor.defined() && std::all_of(grads.begin(), grads.end(), [](const torch::Tensor& g) {
-        return g.device().is_cpu();
-      })) {
-    // Nothing to unscale, on the CPU: a read-only pass (one sum per gradient, which is inf or nan
-    // when an element is), where ATen's fused kernel also multiplies every element by 1. A
-    // non-finite sum of finite elements (overflow) is told apart by the exact check below.
-    std::vector<torch::Tensor> sums;
-    sums.reserve(grads.size());
-    for (const auto& g : grads) sums.push_back(g.sum().reshape({1}).to(torch::kFloat));
-    if (std::isfinite(torch::cat(sums).sum().item<float>())) return torch::zeros({1});
-  }
   // ATen's fused check wants the tensors, found_inf and the factor on one device: one call per
   // device.
   std::map<std::pair<int, int>, std::vector<torch::Tensor>> by_device;

@@ -15,8 +15,7 @@ torch::Tensor sumOfSquares(const torch::Tensor& g);
 
 // Multiplies every tensor by `factor` (a 1-element tensor; undefined: 1) and returns a
 // 1-element float tensor on the first tensor's device that is 1 when any element is inf or nan
-// (torch.amp's found_inf), else 0. Nothing is read on the host, but on the CPU without a
-// factor (where reading is free).
+// (torch.amp's found_inf), else 0. Nothing is read on the host.
 torch::Tensor unscaleAndFindInf(const std::vector<torch::Tensor>& grads,
                                 const torch::Tensor& factor);
 
