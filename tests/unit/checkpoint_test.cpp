@@ -150,6 +150,9 @@ TEST_CASE("pruning sharded checkpoints deletes ltrain's files only, never the us
   }
   // The user's notes beside the oldest checkpoint's parts, and a file of theirs next to them.
   ltrain::test::writeText(dir / "step-00000001.shards/notes.txt", "mine");
+  ltrain::test::writeText(dir / "step-00000001.shards/data.tmp.123", "mine");
+  ltrain::test::writeText(dir / "step-00000001.shards/index.json.tmp.77",
+                          "x");  // a cut-short write
   ltrain::test::writeText(dir / "keep-me.txt", "mine");
   ltrain::train::pruneCheckpoints(dir.path(), 1);
   CHECK(fs::exists(dir / "step-00000003.shards/index.json"));
@@ -157,5 +160,7 @@ TEST_CASE("pruning sharded checkpoints deletes ltrain's files only, never the us
   CHECK_FALSE(fs::exists(dir / "step-00000001.shards/index.json"));
   CHECK_FALSE(fs::exists(dir / "step-00000001.shards/rank-00000-of-00002.safetensors"));
   CHECK(ltrain::test::readText(dir / "step-00000001.shards/notes.txt") == "mine");
+  CHECK(ltrain::test::readText(dir / "step-00000001.shards/data.tmp.123") == "mine");
+  CHECK_FALSE(fs::exists(dir / "step-00000001.shards/index.json.tmp.77"));
   CHECK(ltrain::test::readText(dir / "keep-me.txt") == "mine");
 }

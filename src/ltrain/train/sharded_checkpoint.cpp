@@ -46,7 +46,8 @@ std::string shardedCheckpointPath(const std::string& dir, int64_t step) {
 }
 
 void removeShardedCheckpoint(const std::string& dir) {
-  static const std::regex ours(R"(index\.json|rank-\d+-of-\d+\.safetensors|.*\.tmp\.\d+)");
+  // Its own names, and their atomic writes cut short (NAME.tmp.PID): nothing else matches.
+  static const std::regex ours(R"((index\.json|rank-\d+-of-\d+\.safetensors)(\.tmp\.\d+)?)");
   std::error_code ec;
   for (const auto& e : fs::directory_iterator(dir, ec))
     if (e.is_regular_file(ec) && std::regex_match(e.path().filename().string(), ours))
