@@ -3,11 +3,14 @@
 # its seed corpus (tests/fuzz/corpus/<target>) for an equal share of SECONDS.
 #   scripts/fuzz.sh 70            # all seven targets, 10 s each
 #   scripts/fuzz.sh 600 config    # one target
+#   scripts/fuzz.sh --build-only  # builds them, runs none (scripts/test.sh, before the tests start)
 # A crash leaves its input in build-fuzz/crashes/<target>/ and the script exits 1.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-seconds=${1:?usage: scripts/fuzz.sh SECONDS [TARGET...]}
+seconds=${1:?usage: scripts/fuzz.sh SECONDS|--build-only [TARGET...]}
 shift
+build_only=0
+[ "$seconds" = "--build-only" ] && build_only=1
 targets=("$@")
 [ ${#targets[@]} -eq 0 ] && targets=(config idx checkpoint safetensors text tokens images)
 LTRAIN_HOME=${LTRAIN_HOME:-$HOME/.cache/ltrain}
@@ -26,6 +29,7 @@ if [ ! -f "$build/build.ninja" ]; then
     -Wno-dev >"$build.configure.log" 2>&1 || { cat "$build.configure.log"; exit 1; }
 fi
 cmake --build "$build" -j "${LTRAIN_JOBS:-$(nproc)}" --target "${targets[@]/#/fuzz_}"
+[ "$build_only" -eq 1 ] && exit 0
 
 # libtorch is not built with ASan: its own allocator pairs and one-definition duplicates are not
 # ours to report. Leak checks stay on for the targets that do not load torch.

@@ -13,7 +13,14 @@ for a in "$@"; do
 done
 "$root/scripts/setup.sh"
 "$root/scripts/build.sh"
-cd "${LTRAIN_BUILD_DIR:-$root/build}"
+build=${LTRAIN_BUILD_DIR:-$root/build}
+if [ "$quick" -eq 0 ]; then
+  # The fuzz targets (clang, ASan) compile the readers again: built here, before the tests start,
+  # so their slow test only runs them and no compile races the other tests for its time limit.
+  echo "test: building the libFuzzer targets into $build/fuzz"
+  LTRAIN_FUZZ_BUILD_DIR=$build/fuzz "$root/scripts/fuzz.sh" --build-only
+fi
+cd "$build"
 args=(--output-on-failure -j "${LTRAIN_TEST_JOBS:-2}")
 [ "$quick" -eq 1 ] && args+=(-LE slow)
 ctest "${args[@]}"
