@@ -41,6 +41,18 @@ TEST_CASE("the CUDA libraries are loaded only where a GPU can be used", "[cuda_p
   CHECK(plain_mb < 250);
 }
 
+TEST_CASE("loading the plugin registers LibTorch's CUDA backend, GPU or not", "[cuda_plugin]") {
+  // What a GPU machine relies on: the hooks and the device guard that libtorch_cuda registers at
+  // load time reach the CPU library ltrain links. Checked here without a GPU.
+  auto loaded = runProcess({LTRAIN_DDP_WORKER, "cuda_hooks"}, {{"LTRAIN_LOAD_CUDA", "1"}});
+  auto skipped = runProcess({LTRAIN_DDP_WORKER, "cuda_hooks"}, {{"LTRAIN_LOAD_CUDA", "0"}});
+  INFO(loaded.out << loaded.err << skipped.out << skipped.err);
+  REQUIRE(loaded.exit_code == 0);
+  REQUIRE(skipped.exit_code == 0);
+  CHECK_THAT(loaded.out, Contains("cuda_hooks cudart=1 guard=1"));
+  CHECK_THAT(skipped.out, Contains("cuda_hooks cudart=0 guard=0"));
+}
+
 TEST_CASE("a missing CUDA plugin is a warning and the run goes on on the CPU", "[cuda_plugin]") {
   TempDir dir;
   // The executable alone, without libltrain_cuda.so beside it (or one directory up).

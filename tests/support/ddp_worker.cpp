@@ -6,9 +6,12 @@
 // reversed: the layers run in the reverse of their registration order, and the reducer rebuilds
 // its buckets after the first step; a second step follows, and the buckets' parameters before
 // and after are printed.
+#include <ATen/detail/CUDAHooksInterface.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <cstdio>
 #include <iostream>
 
 #include "ltrain/config/schema.h"
@@ -44,6 +47,14 @@ TORCH_MODULE(Net);
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "basic";
   ltrain::cuda::loadIfPresent();
+  if (mode == "cuda_hooks") {
+    // Whether loading libltrain_cuda.so registered LibTorch's CUDA backend with its CPU library:
+    // true on a machine without a GPU too, once the load worked
+    // (tests/integration/cuda_plugin_test).
+    std::printf("cuda_hooks cudart=%d guard=%d\n", at::detail::getCUDAHooks().hasCUDART() ? 1 : 0,
+                c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA) ? 1 : 0);
+    return 0;
+  }
   auto rt = ltrain::distributed::runtimeFromEnv();
   auto dc = ltrain::config::defaults().dist;
   dc.timeout_s = 30;

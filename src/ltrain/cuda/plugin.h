@@ -34,6 +34,9 @@ void loadIfPresent();
 // The plugin's functions; nullptr where it is not loaded (no GPU can be in use then).
 const Plugin* plugin();
 
+// Why the load was attempted and failed (dlerror's text); empty where it loaded or was not tried.
+const std::string& loadFailure();
+
 }  // namespace ltrain::cuda
 
 // The one symbol libltrain_cuda.so exports.

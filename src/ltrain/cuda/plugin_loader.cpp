@@ -12,6 +12,7 @@
 namespace ltrain::cuda {
 namespace {
 const Plugin* loaded = nullptr;
+std::string failure;  // why a wanted load failed, for the train.device cuda error
 
 bool wanted() {
   const char* v = std::getenv("LTRAIN_LOAD_CUDA");
@@ -41,16 +42,18 @@ void loadIfPresent() {
     // RTLD_GLOBAL: LibTorch's CUDA libraries register themselves with the CPU library.
     void* h = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
     if (!h) {
+      failure = dlerror();
       // On stderr, before logging is set up: the launcher passes a worker's stderr through.
       std::fprintf(stderr,
-                   "ltrain: warning: the CUDA libraries did not load (%s): running without a GPU\n",
-                   dlerror());
+                   "ltrain: warning: the CUDA libraries did not load (%s): running without a GPU "
+                   "(LTRAIN_LOAD_CUDA=0 skips the attempt)\n",
+                   failure.c_str());
       return;
     }
     auto get = reinterpret_cast<const Plugin* (*)()>(dlsym(h, "ltrain_cuda_plugin"));
     if (!get) {
-      std::fprintf(stderr, "ltrain: warning: %s has no ltrain_cuda_plugin: running without a GPU\n",
-                   path.c_str());
+      failure = path + " has no ltrain_cuda_plugin";
+      std::fprintf(stderr, "ltrain: warning: %s: running without a GPU\n", failure.c_str());
       return;
     }
     loaded = get();
@@ -59,6 +62,10 @@ void loadIfPresent() {
 
 const Plugin* plugin() {
   return loaded;
+}
+
+const std::string& loadFailure() {
+  return failure;
 }
 
 }  // namespace ltrain::cuda

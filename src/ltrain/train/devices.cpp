@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/cuda/plugin.h"
 #include "ltrain/train/data_parallel.h"
 
 namespace ltrain::train {
@@ -14,10 +15,16 @@ namespace {
 
 bool useCuda(config::DeviceChoice choice) {
   const bool available = torch::cuda::is_available();
-  if (choice == config::DeviceChoice::kCuda && !available)
+  if (choice == config::DeviceChoice::kCuda && !available) {
+    // A GPU machine whose CUDA libraries failed to load must say so, not blame the driver.
+    if (!cuda::loadFailure().empty())
+      throw UsageError(
+          fmt::format("train.device cuda: the CUDA libraries (libltrain_cuda.so) did not load: {}",
+                      cuda::loadFailure()));
     throw UsageError(
         "train.device cuda: no CUDA device is visible here (check the driver and "
         "CUDA_VISIBLE_DEVICES), or set train.device cpu");
+  }
   return choice != config::DeviceChoice::kCpu && available;
 }
 
