@@ -352,6 +352,19 @@ TEST_CASE("dist.zero=3 resumes a killed run exactly, and across zero stages and 
   CHECK_THAT(from_shards.out, Contains("perplexity"));
   CHECK(from_shards.out == from_weights.out);
 
+  // A run killed after its last checkpoint but before its summary, relaunched, saves that step
+  // again: the old copy is swapped out only once the new one is complete, and a file of the
+  // user's in it is kept (moved aside with the old copy).
+  const std::string last = dir / "full/checkpoints/step-00000020.shards";
+  ltrain::test::writeText(last + "/notes.txt", "mine");
+  std::filesystem::remove(dir / "full/summary.json");
+  auto relaunched = runLtrain(gpt(dir, dir / "full", 2, {"dist.zero=3"}));
+  ok(relaunched);
+  CHECK(std::filesystem::is_regular_file(last + "/index.json"));
+  CHECK(ltrain::test::readText(dir / "full/checkpoints/step-00000020.shards.old/notes.txt") ==
+        "mine");
+  CHECK_FALSE(std::filesystem::exists(dir / "full/checkpoints/step-00000020.shards.partial"));
+
   // --overwrite clears the old run's sharded checkpoints too: none of them outranks the new run's.
   auto again = gpt(dir, dir / "full", 2, {"dist.zero=3", "train.max_steps=10"});
   again.push_back("--overwrite");

@@ -25,9 +25,11 @@ const std::vector<std::string>& patternsFor(DirKind kind) {
       "checkpoints/step-*.pt", "checkpoints/*.tmp.*",
       // dist.zero 3's sharded checkpoints, whole or partial
       "checkpoints/step-*.shards/", "checkpoints/step-*.shards.partial/",
-      "checkpoints/step-*.shards*/rank-*-of-*.safetensors", "checkpoints/step-*.shards*/index.json",
-      "checkpoints/step-*.shards*/*.tmp.*", "tensorboard/", "tensorboard/events.out.tfevents.*",
-      "logs/", "logs/rank_*.log", "logs/error-*.json"};
+      "checkpoints/step-*.shards.old/", "checkpoints/step-*.shards*/rank-*-of-*.safetensors",
+      "checkpoints/step-*.shards*/index.json",
+      "checkpoints/step-*.shards*/rank-*-of-*.safetensors.tmp.*",
+      "checkpoints/step-*.shards*/index.json.tmp.*", "tensorboard/",
+      "tensorboard/events.out.tfevents.*", "logs/", "logs/rank_*.log", "logs/error-*.json"};
   static const std::vector<std::string> sweep{"sweep.yaml", "sweep_summary.csv", "sweep_summary.md",
                                               "*.tmp.*", "[0-9][0-9][0-9]-*/"};
   static const std::vector<std::string> hf_export{

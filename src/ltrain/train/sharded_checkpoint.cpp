@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <regex>
 #include <set>
 
@@ -49,6 +50,8 @@ void removeShardedCheckpoint(const std::string& dir) {
   // Its own names, and their atomic writes cut short (NAME.tmp.PID): nothing else matches.
   static const std::regex ours(R"((index\.json|rank-\d+-of-\d+\.safetensors)(\.tmp\.\d+)?)");
   std::error_code ec;
+  // index.json first: a deletion cut short must not leave an index naming missing rank files.
+  fs::remove(dir + "/index.json", ec);
   for (const auto& e : fs::directory_iterator(dir, ec))
     if (e.is_regular_file(ec) && std::regex_match(e.path().filename().string(), ours))
       fs::remove(e.path(), ec);
@@ -162,6 +165,17 @@ LoopState loadShardedCheckpoint(const std::string& path, torch::nn::Module& mode
     if (t.scalar_type() != torch::kFloat && t.scalar_type() != torch::kBFloat16 &&
         t.scalar_type() != torch::kHalf && t.scalar_type() != torch::kDouble)
       fail(fmt::format("is corrupt: '{}' is not floating point", name));
+  // The generators' states are checked before anything is copied: a refused load changes nothing.
+  auto rng_cuda = files[0].find("rng.cuda");
+  auto checkRng = [&](const char* key, const torch::Tensor& t, at::Generator gen) {
+    std::lock_guard<std::mutex> lock(gen.mutex());
+    if (t.scalar_type() != torch::kByte || t.numel() != gen.get_state().numel())
+      fail(fmt::format("is corrupt: '{}' is not a generator state of {} bytes", key,
+                       gen.get_state().numel()));
+  };
+  if (opt) checkRng("rng.cpu", rng->second, at::detail::getDefaultCPUGenerator());
+  if (opt && device.is_cuda() && rng_cuda != files[0].end())
+    checkRng("rng.cuda", rng_cuda->second, at::globalContext().defaultGenerator(device));
   torch::NoGradGuard no_grad;
   for (auto& p : named) p.value().copy_(params.at(p.key()));
   for (auto& b : model.named_buffers()) b.value().copy_(files[0].at("buffer." + b.key()));
@@ -171,7 +185,6 @@ LoopState loadShardedCheckpoint(const std::string& path, torch::nn::Module& mode
     if (!st.tensors.empty()) distributed::writeParamState(*opt, p.value(), st);
   }
   setGeneratorState(at::detail::getDefaultCPUGenerator(), rng->second);
-  auto rng_cuda = files[0].find("rng.cuda");
   if (device.is_cuda() && rng_cuda != files[0].end())
     setGeneratorState(at::globalContext().defaultGenerator(device), rng_cuda->second);
   return loop;

@@ -112,8 +112,21 @@ void saveShardedCheckpoint(const std::string& path,
     try {
       io::writeFileAtomic(partial + "/index.json",
                           indexJson(units, state, rt.world_size).dump(1) + "\n");
-      removeShardedCheckpoint(path);  // the same step saved again
-      fs::rename(partial, path);
+      // The same step saved again (a finished run relaunched): the old copy is moved aside, not
+      // deleted, until the new one is in place, so a kill or a failed rename leaves one of them.
+      const std::string old = path + ".old";
+      const bool had = fs::exists(path);
+      if (had) {
+        removeShardedCheckpoint(old);
+        fs::rename(path, old);
+      }
+      try {
+        fs::rename(partial, path);
+      } catch (...) {
+        if (had) fs::rename(old, path);
+        throw;
+      }
+      if (had) removeShardedCheckpoint(old);
     } catch (const std::exception& e) {
       error = e.what();
     }
