@@ -35,3 +35,34 @@ TEST_CASE("a directory being claimed by another agent is ltrain's, a stranger's 
   }
   CHECK(ltrain::test::readText(other + "/notes.txt") == "mine");
 }
+
+TEST_CASE(
+    "overwriting a run removes a sharded checkpoint's own files and keeps a user's beside them",
+    "[io]") {
+  TempDir dir;
+  const std::string run = dir / "run";
+  std::filesystem::create_directories(run);
+  ltrain::io::claimDir(run, ltrain::io::DirKind::kRun);
+  for (const char* step : {"step-00000010.shards", "step-00000020.shards.old"}) {
+    const std::string ckpt = run + "/checkpoints/" + step;
+    std::filesystem::create_directories(ckpt);
+    // ltrain's: the index, the rank files and their atomic writes cut short.
+    for (const char* f : {"index.json", "rank-00000-of-00002.safetensors", "index.json.tmp.77",
+                          "rank-00001-of-00002.safetensors.tmp.78"})
+      writeText(ckpt + "/" + f, "x");
+    // the user's: any other name, a *.tmp.N one too
+    writeText(ckpt + "/notes.txt", "mine");
+    writeText(ckpt + "/data.tmp.123", "mine");
+  }
+  ltrain::io::removeOwned(run);
+  for (const char* step : {"step-00000010.shards", "step-00000020.shards.old"}) {
+    const std::string ckpt = run + "/checkpoints/" + step;
+    INFO(ckpt);
+    CHECK_FALSE(std::filesystem::exists(ckpt + "/index.json"));
+    CHECK_FALSE(std::filesystem::exists(ckpt + "/rank-00000-of-00002.safetensors"));
+    CHECK_FALSE(std::filesystem::exists(ckpt + "/index.json.tmp.77"));
+    CHECK_FALSE(std::filesystem::exists(ckpt + "/rank-00001-of-00002.safetensors.tmp.78"));
+    CHECK(ltrain::test::readText(ckpt + "/notes.txt") == "mine");
+    CHECK(ltrain::test::readText(ckpt + "/data.tmp.123") == "mine");
+  }
+}

@@ -169,9 +169,9 @@ LoopState loadShardedCheckpoint(const std::string& path, torch::nn::Module& mode
   auto rng_cuda = files[0].find("rng.cuda");
   auto checkRng = [&](const char* key, const torch::Tensor& t, at::Generator gen) {
     std::lock_guard<std::mutex> lock(gen.mutex());
-    if (t.scalar_type() != torch::kByte || t.numel() != gen.get_state().numel())
-      fail(fmt::format("is corrupt: '{}' is not a generator state of {} bytes", key,
-                       gen.get_state().numel()));
+    const int64_t bytes = gen.get_state().numel();
+    if (t.scalar_type() != torch::kByte || t.numel() != bytes)
+      fail(fmt::format("is corrupt: '{}' is not a generator state of {} bytes", key, bytes));
   };
   if (opt) checkRng("rng.cpu", rng->second, at::detail::getDefaultCPUGenerator());
   if (opt && device.is_cuda() && rng_cuda != files[0].end())
