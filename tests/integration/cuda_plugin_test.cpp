@@ -68,4 +68,14 @@ TEST_CASE("a missing CUDA plugin is a warning and the run goes on on the CPU", "
   CHECK_THAT(r.err, Contains("the CUDA libraries did not load"));
   CHECK_THAT(r.err, Contains("running without a GPU"));
   CHECK(std::filesystem::exists(dir.path() + "/run/summary.json"));
+
+  // Asked for the GPU, the same run refuses with the loader's reason, not "check the driver".
+  args = ltrain::test::syntheticRun(kConfig, dir.path() + "/cuda");
+  args.insert(args.begin(), exe);
+  args.push_back("train.device=cuda");
+  auto cuda = runProcess(args, {{"LTRAIN_LOAD_CUDA", "1"}});
+  INFO(cuda.out << cuda.err);
+  CHECK(cuda.exit_code == 2);
+  CHECK_THAT(cuda.err, Contains("train.device cuda: the CUDA libraries (libltrain_cuda.so) did "
+                                "not load: "));
 }
