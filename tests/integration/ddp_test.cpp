@@ -97,6 +97,35 @@ TEST_CASE("an unused parameter without find_unused_parameters is a clear error, 
   CHECK(secs < 20);
 }
 
+TEST_CASE("ranks on one host all-reduce through shared memory, with Gloo's results", "[dist]") {
+  for (int world : {2, 3}) {
+    INFO("world " << world);
+    for (auto& [rank, kv] : runWorkers(world, "shm")) {
+      INFO("rank " << rank);
+      CHECK(kv["shm"] == "1");
+      CHECK(std::stod(kv["max_diff"]) == 0.0);  // small integers: exact in every order
+    }
+  }
+  // dist.shm_allreduce false: Gloo alone.
+  for (auto& [rank, kv] : runWorkers(2, "shm_off")) {
+    CHECK(kv["shm"] == "0");
+    CHECK(std::stod(kv["max_diff"]) == 0.0);
+  }
+}
+
+TEST_CASE("a rank that leaves during a shared-memory all-reduce is named at once, not waited for",
+          "[dist]") {
+  const auto t0 = std::chrono::steady_clock::now();
+  auto r = runLtrain({"launch", "--nproc-per-node", "2", "--master-port", "0", "--",
+                      LTRAIN_DDP_WORKER, "shm_dead"});
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  INFO(r.out << r.err);
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.out + r.err, Contains("rank 1 (pid"));
+  CHECK_THAT(r.out + r.err, Contains("exited during shared-memory all-reduce"));
+  CHECK(secs < 20);                                    // the worker's dist.timeout_s is 30
+}
+
 namespace {
 std::vector<torch::Tensor> finalWeights(const std::string& run) {
   auto cfg = ltrain::config::defaults();

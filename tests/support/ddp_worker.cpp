@@ -2,7 +2,8 @@
 // the BucketReducer, runs one synchronised backward and prints one "result ..." line with
 // what the test checks: the largest difference between DDP's gradients and the plain average of
 // every rank's own gradients, bucket and allreduce counts, and launch/backward-end timestamps.
-//   ddp_worker MODE   (MODE: basic | unused | unused_error | overlap | bf16 | accum | reversed)
+//   ddp_worker MODE   (MODE: basic | unused | unused_error | overlap | bf16 | accum | reversed
+//                      | shm | shm_dead | shm_off)
 // reversed: the layers run in the reverse of their registration order, and the reducer rebuilds
 // its buckets after the first step; a second step follows, and the buckets' parameters before
 // and after are printed.
@@ -42,6 +43,37 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
+// shm, shm_off: all-reduces of several sizes and dtypes through ProcessGroup::allreduce (shared
+// memory where it is on) against Gloo's of the same tensors. The values are small integers, so
+// every order of summation gives the same floats: the difference must be exactly 0.
+// shm_dead: rank 1 leaves right after connecting; the others' all-reduce must fail naming it.
+int shmAllreduce(ltrain::distributed::ProcessGroup& comm, const std::string& mode) {
+  const int64_t rank = comm.runtime().rank;
+  if (mode == "shm_dead" && rank == 1) return 0;
+  double max_diff = 0;
+  try {
+    for (auto dtype : {torch::kFloat, torch::kDouble, torch::kInt, torch::kLong}) {
+      // 1 element, one chunk split unevenly, and more than one chunk (2.5 M floats = 10 MB).
+      for (int64_t n : {int64_t{1}, int64_t{1001}, int64_t{2'500'003}}) {
+        auto t = (torch::arange(n, torch::kLong).remainder(7) + 100 * (rank + 1)).to(dtype);
+        std::vector<at::Tensor> ours{t.clone()}, gloos{t.clone()};
+        comm.wait(comm.allreduce(ours));
+        comm.wait(comm.backend()->allreduce(gloos));
+        max_diff = std::max(
+            max_diff,
+            (ours[0].to(torch::kDouble) - gloos[0].to(torch::kDouble)).abs().max().item<double>());
+      }
+    }
+  } catch (const std::exception& e) {
+    std::cerr << "ddp_worker: error: " << e.what() << "\n";
+    return 1;
+  }
+  std::cout << fmt::format("result rank={} shm={} max_diff={}", rank, comm.sharedMemory() ? 1 : 0,
+                           max_diff)
+            << std::endl;
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -63,7 +95,9 @@ int main(int argc, char** argv) {
   const torch::Device device = dev && std::string(dev) == "cuda"
                                    ? torch::Device(torch::kCUDA, static_cast<int>(rt.local_rank))
                                    : torch::Device(torch::kCPU);
+  dc.shm_allreduce = mode != "shm_off";
   auto comm = ltrain::distributed::ProcessGroup::connect(rt, dc, device);
+  if (mode.rfind("shm", 0) == 0) return shmAllreduce(*comm, mode);
 
   const bool overlap = mode == "overlap";
   // overlap: 6 x 1024^2 floats = 24 MiB of gradients; otherwise small, with a small bucket cap.

@@ -128,6 +128,7 @@ struct DistConfig {
   Strategy strategy;   // ddp (a process per device) | dp (one process, every local GPU) | fsdp
   FsdpUnit fsdp_unit;  // dist.zero 3: what one all-gathered unit is
   bool fsdp_prefetch;  // dist.zero 3: the next unit's all-gather issued while this one computes
+  bool shm_allreduce;  // CPU ranks all on one host: all-reduce through shared memory, not Gloo
 };
 
 struct ExperimentConfig {

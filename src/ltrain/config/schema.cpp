@@ -608,6 +608,11 @@ std::vector<Option> buildSchema() {
              "dist.zero 3: start the next unit's all-gather (in forward and in backward) while "
              "this one computes",
              true),
+      LT_OPT(dist.shm_allreduce,
+             "On the CPU, when every rank runs on one host: all-reduces (the gradient buckets, "
+             "the stop vote) go through one shared-memory segment instead of Gloo's loopback "
+             "TCP; false: all through Gloo. Where the ranks cannot share /dev/shm, Gloo anyway",
+             true),
   };
 }
 #undef LT_OPT

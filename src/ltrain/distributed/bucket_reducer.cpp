@@ -274,7 +274,7 @@ void BucketReducer::launchReady() {
       b.work = pg_.backend()->_reduce_scatter_base(b.shard, b.buffer);
     } else {
       std::vector<at::Tensor> io{b.buffer};
-      b.work = pg_.backend()->allreduce(io);
+      b.work = pg_.allreduce(io);
     }
     ++stats_.collectives;
     if (stats_.first_launch_s < 0) stats_.first_launch_s = now();
@@ -326,7 +326,7 @@ void BucketReducer::finishBackward() {
     used_any = torch::tensor(used, torch::kInt)
                    .to(buckets_.empty() ? torch::kCPU : buckets_[0].buffer.device());
     std::vector<at::Tensor> io{used_any};
-    used_work = pg_.backend()->allreduce(io);
+    used_work = pg_.allreduce(io);
   }
   for (auto& b : buckets_) {
     auto t0 = std::chrono::steady_clock::now();

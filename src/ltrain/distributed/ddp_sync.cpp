@@ -22,7 +22,7 @@ class DdpSync final : public GradientSync {
         fill_extras_(std::move(s.fill_extras)),
         extra_count_(s.extra_scalars) {
     if (!s.pg) return;
-    backend_ = s.pg->backendName();
+    backend_ = s.pg->backendName() + (s.pg->sharedMemory() ? " (shared memory)" : "");
     if (s.shares.empty()) s.shares.push_back({s.pg->device(), ReducedTensors::of(*model_)});
     // NCCL wants one device per communicator: a pipeline's stages each get one, over the same
     // stage of every replica. The stop vote's extra scalars ride on the first stage's buckets.

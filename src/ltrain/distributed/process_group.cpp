@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+#include <spdlog/spdlog.h>
 #include <torch/torch.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
@@ -93,6 +94,15 @@ std::shared_ptr<ProcessGroup> ProcessGroup::connect(const Runtime& rt,
                                  });
 
   c->backend_ = c->makeBackend("pg", device);
+  if (cfg.shm_allreduce && c->backend_name_ == "gloo" && device.is_cpu() && rt.distributed() &&
+      rt.local_world_size == rt.world_size) {
+    Watchdog::Waiting waiting(c->watchdog_.get());
+    std::string why_not;
+    c->shm_ =
+        SharedMemoryAllreduce::join(*c->store_, rt.rank, rt.world_size, c->timeout_, &why_not);
+    if (!c->shm_ && rt.isMain())
+      spdlog::warn("dist.shm_allreduce: all-reduces go through Gloo: {}", why_not);
+  }
   return c;
 }
 
@@ -137,6 +147,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::subgroup(const std::string& name,
   auto g = std::shared_ptr<ProcessGroup>(new ProcessGroup(*this));
   g->device_ = device;
   g->backend_ = makeBackend("sub/" + name, device);
+  g->shm_.reset();  // one segment per job: a subgroup's collectives would interleave with it
   return g;
 }
 
@@ -198,10 +209,15 @@ void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work) {
   work->wait(timeout_);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce(std::vector<at::Tensor>& io) {
+  if (shm_ && SharedMemoryAllreduce::supports(io)) return shm_->allreduce(io);
+  return backend_->allreduce(io);
+}
+
 std::vector<double> ProcessGroup::allreduceSum(const std::vector<double>& values) {
   auto t = torch::tensor(values, torch::kDouble).to(device_);
   std::vector<at::Tensor> ts{t};
-  wait(backend_->allreduce(ts));
+  wait(allreduce(ts));
   Watchdog::Waiting waiting(watchdog_.get());  // the copy to the host waits for the reduction
   auto cpu = t.cpu();
   return std::vector<double>(cpu.data_ptr<double>(), cpu.data_ptr<double>() + cpu.numel());

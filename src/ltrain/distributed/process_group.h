@@ -14,6 +14,7 @@
 
 #include "ltrain/config/experiment_config.h"
 #include "ltrain/distributed/runtime.h"
+#include "ltrain/distributed/shm_allreduce.h"
 #include "ltrain/distributed/watchdog.h"
 
 namespace ltrain::distributed {
@@ -47,6 +48,11 @@ class ProcessGroup {
   // communication. NCCL (CUDA): stream-ordered, so the host does not stall: the current stream
   // waits for the collective, and NCCL's own timeout and the heartbeats catch a hang.
   void wait(const c10::intrusive_ptr<c10d::Work>& work);
+  // Sum all-reduce of `io` in place, started now: through shared memory where every rank is on
+  // this host (dist.shm_allreduce) and the tensors allow, else through the backend.
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& io);
+  // Whether all-reduces go through shared memory (for the start-up line and the tests).
+  bool sharedMemory() const { return shm_ != nullptr; }
   // Sum of `values` over all ranks (small reductions: losses, counts).
   std::vector<double> allreduceSum(const std::vector<double>& values);
   // Waits until every rank has called barrier(name); names the missing ranks on timeout.
@@ -66,6 +72,7 @@ class ProcessGroup {
   std::string backend_name_;
   std::shared_ptr<Watchdog> watchdog_;
   std::shared_ptr<std::function<void(const std::string&)>> before_hang_exit_;
+  std::shared_ptr<SharedMemoryAllreduce> shm_;  // null: every all-reduce through backend_
 
   c10::intrusive_ptr<c10d::Backend> makeBackend(const std::string& prefix,
                                                 c10::Device device) const;

@@ -96,7 +96,7 @@ class Zero1Sync final : public GradientSync {
   torch::Tensor findInf(const torch::Tensor& unscale) override {
     auto found = unscaleAndFindInf(shardGradients(), unscale);
     std::vector<at::Tensor> io{found};
-    pg_.wait(pg_.backend()->allreduce(io));  // a rank's inf is every rank's
+    pg_.wait(pg_.allreduce(io));  // a rank's inf is every rank's
     return io[0].clamp_max(1.0);
   }
 
@@ -193,7 +193,7 @@ class Zero1Sync final : public GradientSync {
   torch::Tensor globalNorm() {
     auto sum = sumOfAllSquares(shardGradients()).reshape({1});
     std::vector<at::Tensor> io{sum};
-    pg_.wait(pg_.backend()->allreduce(io));
+    pg_.wait(pg_.allreduce(io));
     return io[0].reshape({}).sqrt();
   }
 
@@ -290,7 +290,7 @@ void Zero1Sync::reduceExtras() {
   auto t = torch::empty({static_cast<int64_t>(v.size())}, shards_.front().param.detach().options());
   for (size_t i = 0; i < v.size(); ++i) t[static_cast<int64_t>(i)].fill_(v[i]);
   std::vector<at::Tensor> io{t};
-  pg_.wait(pg_.backend()->allreduce(io));
+  pg_.wait(pg_.allreduce(io));
   extras_ = io[0];
 }
 

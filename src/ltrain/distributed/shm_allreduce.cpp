@@ -1,0 +1,400 @@
+#include "ltrain/distributed/shm_allreduce.h"
+
+#include <c10/util/Exception.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <random>
+#include <thread>
+
+namespace ltrain::distributed {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int64_t kMaxWorld = 64;
+constexpr uint64_t kMagic = 0x6c747261696e5348;  // "ltrainSH"
+
+// One cache line per counter: ranks spinning on one must not slow the writes to another.
+struct alignas(64) Counter {
+  std::atomic<uint32_t> v{0};
+};
+
+// The segment's first pages; the data slots follow at kHeaderBytes.
+struct Header {
+  uint64_t magic;
+  uint64_t token;  // rank 0's random number: a rank that maps it knows it found the right one
+  int64_t world;
+  int64_t slot_bytes;
+  int32_t pids[kMaxWorld];
+  Counter count;               // ranks arrived at the current barrier
+  Counter generation;          // the last barrier every rank reached (the futex word)
+  Counter arrived[kMaxWorld];  // the last barrier each rank reached (to name the late ones)
+};
+constexpr size_t kHeaderBytes = (sizeof(Header) + 4095) / 4096 * 4096;
+static_assert(std::atomic<uint32_t>::is_always_lock_free);
+
+// Per rank and per buffer: 8 MiB / world, at least 256 KiB (bigger tensors go in chunks).
+int64_t slotBytesFor(int64_t world) {
+  return std::max<int64_t>(256 << 10, ((8 << 20) / world) / 4096 * 4096);
+}
+
+void futexWait(std::atomic<uint32_t>* word, uint32_t seen, std::chrono::microseconds d) {
+  timespec ts{static_cast<time_t>(d.count() / 1000000),
+              static_cast<long>(d.count() % 1000000) * 1000};
+  // Not FUTEX_PRIVATE: the word is shared between processes.
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, seen, &ts, nullptr, 0);
+}
+
+void futexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+inline void cpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+[[noreturn]] void fail(const std::string& msg) {
+  // c10::DistError, as Gloo's failures are: the process group's explainFailure recognises it.
+  throw c10::DistError(msg);  // the message alone, no backtrace
+}
+
+// out[i] = sum over ranks of slot_j[i], in rank order, by blocks that stay in the L1 cache.
+template <typename T>
+void sumSlots(const std::vector<const T*>& in, T* out, int64_t n) {
+  constexpr int64_t kBlock = 1024;
+  T acc[kBlock];
+  for (int64_t b = 0; b < n; b += kBlock) {
+    const int64_t m = std::min(kBlock, n - b);
+    const T* a = in[0] + b;
+    for (int64_t i = 0; i < m; ++i) acc[i] = a[i];
+    for (size_t j = 1; j < in.size(); ++j) {
+      const T* x = in[j] + b;
+      for (int64_t i = 0; i < m; ++i) acc[i] += x[i];
+    }
+    std::memcpy(out + b, acc, static_cast<size_t>(m) * sizeof(T));
+  }
+}
+
+class ShmWork final : public c10d::Work {
+ public:
+  ShmWork() : c10d::Work(-1, c10d::OpType::ALLREDUCE) {}
+  void complete(std::exception_ptr e) { finish(std::move(e)); }
+  // The worker thread ends every collective itself, by its own deadline and with a message that
+  // names the late rank: the caller's timeout would only say "Operation timed out!".
+  bool wait(std::chrono::milliseconds /*timeout*/) override { return c10d::Work::wait(); }
+};
+
+}  // namespace
+
+struct SharedMemoryAllreduce::State {
+  int64_t rank = 0, world = 1;
+  std::chrono::milliseconds timeout{0};
+  void* map = MAP_FAILED;
+  size_t map_bytes = 0;
+  Header* h = nullptr;
+  char* data = nullptr;
+  bool pids_visible = false;  // peers' pids can be probed (same pid namespace)
+  uint32_t barriers = 0;      // barriers this rank has passed
+  uint64_t chunks = 0;        // chunks reduced: which of the two buffers is next
+  uint64_t collectives = 0;
+  std::string broken;  // after a failure, every later collective fails with it
+
+  std::mutex mu;
+  std::condition_variable cv;
+  struct Job {
+    std::vector<at::Tensor> io;
+    c10::intrusive_ptr<ShmWork> work;
+  };
+  std::deque<Job> queue;
+  bool stop = false;
+  std::atomic<bool> abort{false};
+  std::thread worker;
+
+  ~State() {
+    if (map != MAP_FAILED) munmap(map, map_bytes);
+  }
+
+  char* slot(uint64_t buffer, int64_t r) const {
+    return data + (static_cast<int64_t>(buffer % 2) * world + r) * h->slot_bytes;
+  }
+
+  std::string lateRanks(uint32_t b) const {
+    std::string out;
+    for (int64_t j = 0; j < world; ++j)
+      if (static_cast<int32_t>(h->arrived[j].v.load() - b) < 0)
+        out += (out.empty() ? "" : ", ") + std::to_string(j);
+    return out;
+  }
+
+  // Returns once every rank has called barrier() as often as this one.
+  void barrier() {
+    const uint32_t b = ++barriers;
+    h->arrived[rank].v.store(b);
+    if (h->count.v.fetch_add(1) + 1 == static_cast<uint32_t>(world)) {
+      h->count.v.store(0);  // before the release below: nobody counts into barrier b+1 earlier
+      h->generation.v.store(b);
+      futexWakeAll(&h->generation.v);
+      return;
+    }
+    auto reached = [&] { return static_cast<int32_t>(h->generation.v.load() - b) >= 0; };
+    // A short spin (20 us): peers that finish their part together meet within microseconds, and
+    // a longer one would take a core from a peer still computing.
+    const auto start = Clock::now();
+    for (int i = 0;; ++i) {
+      if (reached()) return;
+      cpuRelax();
+      if (i % 64 == 63 && Clock::now() - start > std::chrono::microseconds(20)) break;
+    }
+    const auto deadline = start + timeout;
+    auto next_probe = start + std::chrono::milliseconds(200);
+    for (;;) {
+      const uint32_t seen = h->generation.v.load();
+      if (static_cast<int32_t>(seen - b) >= 0) return;
+      if (abort.load()) fail("shared-memory all-reduce: abandoned (the process group is closing)");
+      const auto now = Clock::now();
+      if (now >= deadline)
+        fail(fmt::format(
+            "rank {}: rank(s) {} did not reach shared-memory all-reduce #{} within {} s "
+            "(dist.timeout_s)",
+            rank, lateRanks(b), collectives, timeout.count() / 1000));
+      if (pids_visible && now >= next_probe) {
+        next_probe = now + std::chrono::milliseconds(200);
+        for (int64_t j = 0; j < world; ++j)
+          if (static_cast<int32_t>(h->arrived[j].v.load() - b) < 0 && kill(h->pids[j], 0) != 0 &&
+              errno == ESRCH)
+            fail(fmt::format("rank {}: rank {} (pid {}) exited during shared-memory all-reduce #{}",
+                             rank, j, h->pids[j], collectives));
+      }
+      futexWait(&h->generation.v, seen, std::chrono::milliseconds(20));
+    }
+  }
+
+  template <typename T>
+  void reduce(T* buf, int64_t n) {
+    const int64_t per_slot = h->slot_bytes / static_cast<int64_t>(sizeof(T));
+    for (int64_t off = 0; off < n; off += per_slot) {
+      const int64_t m = std::min(per_slot, n - off);
+      const uint64_t which = chunks++;
+      std::memcpy(slot(which, rank), buf + off, static_cast<size_t>(m) * sizeof(T));
+      barrier();
+      // Rank j sums elements [j*part, (j+1)*part) of the chunk into its own slot; 64-byte parts
+      // so that no two ranks write one cache line.
+      const int64_t align = 64 / static_cast<int64_t>(sizeof(T));
+      const int64_t part = ((m + world - 1) / world + align - 1) / align * align;
+      auto range = [&](int64_t j) {
+        const int64_t lo = std::min(m, j * part);
+        return std::make_pair(lo, std::min(m, lo + part));
+      };
+      const auto [lo, hi] = range(rank);
+      if (hi > lo) {
+        std::vector<const T*> in;
+        for (int64_t j = 0; j < world; ++j)
+          in.push_back(reinterpret_cast<const T*>(slot(which, j)) + lo);
+        sumSlots(in, reinterpret_cast<T*>(slot(which, rank)) + lo, hi - lo);
+      }
+      barrier();
+      for (int64_t j = 0; j < world; ++j) {
+        const auto [l, r] = range(j);
+        if (r > l)
+          std::memcpy(buf + off + l, reinterpret_cast<const T*>(slot(which, j)) + l,
+                      static_cast<size_t>(r - l) * sizeof(T));
+      }
+      // No third barrier: the next chunk writes the other buffer, and the one after writes this
+      // one again only once every rank has passed the next chunk's first barrier, that is, has
+      // finished reading this one.
+    }
+  }
+
+  void run(const Job& job) {
+    ++collectives;
+    for (const auto& t : job.io) {
+      switch (t.scalar_type()) {
+        case at::kFloat:
+          reduce(t.data_ptr<float>(), t.numel());
+          break;
+        case at::kDouble:
+          reduce(t.data_ptr<double>(), t.numel());
+          break;
+        case at::kInt:
+          reduce(t.data_ptr<int32_t>(), t.numel());
+          break;
+        case at::kLong:
+          reduce(t.data_ptr<int64_t>(), t.numel());
+          break;
+        default:
+          fail("shared-memory all-reduce: unsupported dtype");  // supports() said no
+      }
+    }
+  }
+
+  void loop() {
+    for (;;) {
+      Job job;
+      {
+        std::unique_lock<std::mutex> lk(mu);
+        cv.wait(lk, [&] { return stop || !queue.empty(); });
+        if (queue.empty()) return;
+        job = std::move(queue.front());
+        queue.pop_front();
+      }
+      std::exception_ptr error;
+      if (!broken.empty()) {
+        error = std::make_exception_ptr(c10::DistError(broken));
+      } else {
+        try {
+          run(job);
+        } catch (const std::exception& e) {
+          broken = e.what();
+          error = std::current_exception();
+        }
+      }
+      job.io.clear();
+      job.work->complete(error);
+    }
+  }
+};
+
+SharedMemoryAllreduce::SharedMemoryAllreduce(std::unique_ptr<State> s) : s_(std::move(s)) {
+  s_->worker = std::thread([st = s_.get()] { st->loop(); });
+}
+
+SharedMemoryAllreduce::~SharedMemoryAllreduce() {
+  {
+    std::lock_guard<std::mutex> lk(s_->mu);
+    s_->stop = true;
+  }
+  s_->abort = true;  // a collective still waiting for a dead peer gives up at once
+  s_->cv.notify_all();
+  if (s_->worker.joinable()) s_->worker.join();
+}
+
+bool SharedMemoryAllreduce::supports(const std::vector<at::Tensor>& io) {
+  for (const auto& t : io) {
+    const auto d = t.scalar_type();
+    if (!t.device().is_cpu() || !t.is_contiguous() ||
+        (d != at::kFloat && d != at::kDouble && d != at::kInt && d != at::kLong))
+      return false;
+  }
+  return !io.empty();
+}
+
+c10::intrusive_ptr<c10d::Work> SharedMemoryAllreduce::allreduce(const std::vector<at::Tensor>& io) {
+  auto work = c10::make_intrusive<ShmWork>();
+  {
+    std::lock_guard<std::mutex> lk(s_->mu);
+    s_->queue.push_back({io, work});
+  }
+  s_->cv.notify_one();
+  return work;
+}
+
+std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::join(
+    c10d::Store& store, int64_t rank, int64_t world, std::chrono::milliseconds timeout,
+    std::string* why_not) {
+  auto st = std::make_unique<State>();
+  st->rank = rank, st->world = world, st->timeout = timeout;
+  const int64_t slot_bytes = slotBytesFor(world);
+  st->map_bytes = kHeaderBytes + static_cast<size_t>(2 * world * slot_bytes);
+  std::string problem;  // this rank's reason for not joining, "" when it could
+  std::string name;
+  uint64_t token = 0;
+
+  auto mapFd = [&](int fd) {
+    st->map = mmap(nullptr, st->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    if (st->map == MAP_FAILED) return fmt::format("mmap of {}: {}", name, std::strerror(errno));
+    st->h = static_cast<Header*>(st->map);
+    st->data = static_cast<char*>(st->map) + kHeaderBytes;
+    return std::string();
+  };
+
+  if (world > kMaxWorld) problem = fmt::format("more than {} ranks", kMaxWorld);
+  if (rank == 0) {
+    std::random_device rd;
+    token = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+    name = fmt::format("/ltrain-{}-{:016x}", getpid(), token);
+    if (problem.empty()) {
+      const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
+      if (fd < 0) {
+        problem = fmt::format("cannot create {} in /dev/shm: {}", name, std::strerror(errno));
+      } else {
+        // Reserve the pages now: on a full /dev/shm a write would raise SIGBUS later.
+        const int rc = posix_fallocate(fd, 0, static_cast<off_t>(st->map_bytes));
+        if (rc != 0)
+          problem = fmt::format("cannot reserve {} MiB in /dev/shm: {}", st->map_bytes >> 20,
+                                std::strerror(rc));
+        else
+          problem = mapFd(fd);
+        close(fd);
+      }
+      if (problem.empty()) {
+        st->h->magic = kMagic, st->h->token = token, st->h->world = world;
+        st->h->slot_bytes = slot_bytes;
+      }
+    }
+    const std::string published = problem.empty() ? fmt::format("{} {:x}", name, token) : "";
+    store.set("shm/segment", std::vector<uint8_t>(published.begin(), published.end()));
+  } else {
+    store.wait({"shm/segment"}, timeout);
+    const auto v = store.get("shm/segment");
+    const std::string published(v.begin(), v.end());
+    if (published.empty()) {
+      if (problem.empty()) problem = "rank 0 could not create the segment";
+    } else if (problem.empty()) {
+      name = published.substr(0, published.find(' '));
+      token = std::stoull(published.substr(published.find(' ') + 1), nullptr, 16);
+      const int fd = shm_open(name.c_str(), O_RDWR, 0);
+      struct stat sb {};
+      if (fd < 0)
+        problem = fmt::format("cannot open {} (rank 0's /dev/shm is not this rank's)", name);
+      else if (fstat(fd, &sb) != 0 || static_cast<size_t>(sb.st_size) < st->map_bytes)
+        problem = fmt::format("{} is smaller than expected", name);
+      else
+        problem = mapFd(fd);
+      if (fd >= 0) close(fd);
+      if (problem.empty() &&
+          (st->h->magic != kMagic || st->h->token != token || st->h->world != world))
+        problem = fmt::format("{} is not this job's segment", name);
+    }
+  }
+  if (problem.empty()) st->h->pids[rank] = static_cast<int32_t>(getpid());
+  store.set(fmt::format("shm/ok/{}", rank),
+            std::vector<uint8_t>{problem.empty() ? uint8_t{1} : uint8_t{0}});
+
+  // Every rank learns whether all of them joined; the first refusal is the reason.
+  std::string refused;
+  for (int64_t j = 0; j < world; ++j) {
+    const std::string key = fmt::format("shm/ok/{}", j);
+    store.wait({key}, timeout);
+    if (store.get(key).at(0) != 1 && refused.empty()) refused = fmt::format("rank {}", j);
+  }
+  // Everyone has mapped it (or given up): the name can go, so nothing is left in /dev/shm
+  // however the job ends.
+  if (rank == 0 && !name.empty()) shm_unlink(name.c_str());
+  if (!refused.empty()) {
+    if (why_not)
+      *why_not = problem.empty() ? fmt::format("{} could not map the segment", refused) : problem;
+    return nullptr;
+  }
+  st->pids_visible = true;
+  for (int64_t j = 0; j < world; ++j)
+    if (kill(st->h->pids[j], 0) != 0 && errno == ESRCH) st->pids_visible = false;
+  return std::unique_ptr<SharedMemoryAllreduce>(new SharedMemoryAllreduce(std::move(st)));
+}
+
+}  // namespace ltrain::distributed
