@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <set>
 #include <string>
 
 namespace ltrain::fuzz {
@@ -16,6 +17,15 @@ inline std::string writeScratch(const uint8_t* data, size_t size, const char* su
   if (!f) std::abort();
   if (size > 0 && std::fwrite(data, 1, size, f) != size) std::abort();
   std::fclose(f);
+  // Removed when the fuzzer exits: /dev/shm is memory, and CI's machine runs every target.
+  struct Scratch {
+    std::set<std::string> paths;
+    ~Scratch() {
+      for (const auto& p : paths) std::remove(p.c_str());
+    }
+  };
+  static Scratch scratch;
+  scratch.paths.insert(path);
   return path;
 }
 
