@@ -123,7 +123,17 @@ TEST_CASE("a rank that leaves during a shared-memory all-reduce is named at once
   CHECK(r.exit_code != 0);
   CHECK_THAT(r.out + r.err, Contains("rank 1 (pid"));
   CHECK_THAT(r.out + r.err, Contains("exited during shared-memory all-reduce"));
-  CHECK(secs < 20);                                    // the worker's dist.timeout_s is 30
+  CHECK(secs < 20);  // the worker's dist.timeout_s is 30
+}
+
+TEST_CASE("ranks that all-reduce tensors of different sizes get an error, not stale sums",
+          "[dist]") {
+  auto r = runLtrain({"launch", "--nproc-per-node", "2", "--master-port", "0", "--",
+                      LTRAIN_DDP_WORKER, "shm_mismatch"});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.out + r.err,
+             Contains("reduces 1001 elements of Float where this rank reduces 1000"));
 }
 
 namespace {

@@ -3,7 +3,7 @@
 // what the test checks: the largest difference between DDP's gradients and the plain average of
 // every rank's own gradients, bucket and allreduce counts, and launch/backward-end timestamps.
 //   ddp_worker MODE   (MODE: basic | unused | unused_error | overlap | bf16 | accum | reversed
-//                      | shm | shm_dead | shm_off)
+//                      | shm | shm_dead | shm_mismatch | shm_off)
 // reversed: the layers run in the reverse of their registration order, and the reducer rebuilds
 // its buckets after the first step; a second step follows, and the buckets' parameters before
 // and after are printed.
@@ -47,9 +47,20 @@ TORCH_MODULE(Net);
 // memory where it is on) against Gloo's of the same tensors. The values are small integers, so
 // every order of summation gives the same floats: the difference must be exactly 0.
 // shm_dead: rank 1 leaves right after connecting; the others' all-reduce must fail naming it.
+// shm_mismatch: rank 1 all-reduces a longer tensor; every rank must fail saying so.
 int shmAllreduce(ltrain::distributed::ProcessGroup& comm, const std::string& mode) {
   const int64_t rank = comm.runtime().rank;
   if (mode == "shm_dead" && rank == 1) return 0;
+  if (mode == "shm_mismatch") {  // rank 1 reduces one element more than the others
+    std::vector<at::Tensor> io{torch::ones({1000 + (rank == 1 ? 1 : 0)})};
+    try {
+      comm.wait(comm.allreduce(io));
+    } catch (const std::exception& e) {
+      std::cerr << "ddp_worker: error: " << e.what() << "\n";
+      return 1;
+    }
+    return 0;
+  }
   double max_diff = 0;
   try {
     for (auto dtype : {torch::kFloat, torch::kDouble, torch::kInt, torch::kLong}) {

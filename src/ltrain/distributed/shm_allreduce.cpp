@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/types.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -38,6 +39,11 @@ struct Header {
   int64_t world;
   int64_t slot_bytes;
   int32_t pids[kMaxWorld];
+  uint64_t pid_namespaces[kMaxWorld];  // inode of /proc/self/ns/pid: pids mean the same to all?
+  // Per rank, what it reduces in the current chunk: elements of the tensor and its dtype. A rank
+  // that all-reduces something else is an error, not stale bytes summed in.
+  int64_t numel[kMaxWorld];
+  int32_t dtype[kMaxWorld];
   Counter count;               // ranks arrived at the current barrier
   Counter generation;          // the last barrier every rank reached (the futex word)
   Counter arrived[kMaxWorld];  // the last barrier each rank reached (to name the late ones)
@@ -187,12 +193,22 @@ struct SharedMemoryAllreduce::State {
 
   template <typename T>
   void reduce(T* buf, int64_t n) {
+    constexpr at::ScalarType type = c10::CppTypeToScalarType<T>::value;
     const int64_t per_slot = h->slot_bytes / static_cast<int64_t>(sizeof(T));
     for (int64_t off = 0; off < n; off += per_slot) {
       const int64_t m = std::min(per_slot, n - off);
       const uint64_t which = chunks++;
       std::memcpy(slot(which, rank), buf + off, static_cast<size_t>(m) * sizeof(T));
+      // Read by the others between the next two barriers; rewritten only after the second.
+      h->numel[rank] = n, h->dtype[rank] = static_cast<int32_t>(type);
       barrier();
+      for (int64_t j = 0; j < world; ++j)
+        if (h->numel[j] != n || h->dtype[j] != static_cast<int32_t>(type))
+          fail(fmt::format(
+              "rank {}: shared-memory all-reduce #{}: rank {} reduces {} elements of {} where "
+              "this rank reduces {} of {} (the ranks issued different collectives)",
+              rank, collectives, j, h->numel[j],
+              c10::toString(static_cast<at::ScalarType>(h->dtype[j])), n, c10::toString(type)));
       // Rank j sums elements [j*part, (j+1)*part) of the chunk into its own slot; 64-byte parts
       // so that no two ranks write one cache line.
       const int64_t align = 64 / static_cast<int64_t>(sizeof(T));
@@ -314,6 +330,13 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::join(
   std::string problem;  // this rank's reason for not joining, "" when it could
   std::string name;
   uint64_t token = 0;
+  // The name rank 0 created leaves /dev/shm on every way out of here, a store error included.
+  struct Unlink {
+    std::string name;
+    ~Unlink() {
+      if (!name.empty()) shm_unlink(name.c_str());
+    }
+  } created;
 
   auto mapFd = [&](int fd) {
     st->map = mmap(nullptr, st->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
@@ -333,6 +356,7 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::join(
       if (fd < 0) {
         problem = fmt::format("cannot create {} in /dev/shm: {}", name, std::strerror(errno));
       } else {
+        created.name = name;
         // Reserve the pages now: on a full /dev/shm a write would raise SIGBUS later.
         const int rc = posix_fallocate(fd, 0, static_cast<off_t>(st->map_bytes));
         if (rc != 0)
@@ -372,7 +396,11 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::join(
         problem = fmt::format("{} is not this job's segment", name);
     }
   }
-  if (problem.empty()) st->h->pids[rank] = static_cast<int32_t>(getpid());
+  if (problem.empty()) {
+    struct stat ns {};
+    st->h->pids[rank] = static_cast<int32_t>(getpid());
+    st->h->pid_namespaces[rank] = stat("/proc/self/ns/pid", &ns) == 0 ? ns.st_ino : 0;
+  }
   store.set(fmt::format("shm/ok/{}", rank),
             std::vector<uint8_t>{problem.empty() ? uint8_t{1} : uint8_t{0}});
 
@@ -385,15 +413,19 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::join(
   }
   // Everyone has mapped it (or given up): the name can go, so nothing is left in /dev/shm
   // however the job ends.
-  if (rank == 0 && !name.empty()) shm_unlink(name.c_str());
+  if (!created.name.empty()) shm_unlink(created.name.c_str()), created.name.clear();
   if (!refused.empty()) {
     if (why_not)
       *why_not = problem.empty() ? fmt::format("{} could not map the segment", refused) : problem;
     return nullptr;
   }
+  // Probing peers by pid needs one pid namespace (containers sharing /dev/shm may not share it);
+  // otherwise a dead peer is found by the timeout alone.
   st->pids_visible = true;
   for (int64_t j = 0; j < world; ++j)
-    if (kill(st->h->pids[j], 0) != 0 && errno == ESRCH) st->pids_visible = false;
+    if (st->h->pid_namespaces[j] == 0 || st->h->pid_namespaces[j] != st->h->pid_namespaces[rank] ||
+        (kill(st->h->pids[j], 0) != 0 && errno == ESRCH))
+      st->pids_visible = false;
   return std::unique_ptr<SharedMemoryAllreduce>(new SharedMemoryAllreduce(std::move(st)));
 }
 
