@@ -20,10 +20,19 @@ using ltrain::test::runLtrain;
 using ltrain::test::TempDir;
 
 namespace {
-std::map<int, std::map<std::string, std::string>> runWorkers(
-    int world, const std::string& mode, ltrain::test::ProcessResult* raw = nullptr) {
+// `world` ddp_workers in MODE under `ltrain launch`; `secs`: how long the launch took.
+ltrain::test::ProcessResult launchWorkers(int world, const std::string& mode,
+                                          double* secs = nullptr) {
+  const auto t0 = std::chrono::steady_clock::now();
   auto r = runLtrain({"launch", "--nproc-per-node", std::to_string(world), "--master-port", "0",
                       "--", LTRAIN_DDP_WORKER, mode});
+  if (secs) *secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+std::map<int, std::map<std::string, std::string>> runWorkers(
+    int world, const std::string& mode, ltrain::test::ProcessResult* raw = nullptr) {
+  auto r = launchWorkers(world, mode);
   if (raw) *raw = r;
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
@@ -87,10 +96,8 @@ TEST_CASE("buckets are laid out again in the order gradients became ready in the
 
 TEST_CASE("an unused parameter without find_unused_parameters is a clear error, not a hang",
           "[dist]") {
-  const auto t0 = std::chrono::steady_clock::now();
-  auto r = runLtrain({"launch", "--nproc-per-node", "2", "--master-port", "0", "--",
-                      LTRAIN_DDP_WORKER, "unused_error"});
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double secs = 0;
+  auto r = launchWorkers(2, "unused_error", &secs);
   CHECK(r.exit_code == 1);
   CHECK_THAT(r.out + r.err, Contains("extra.weight"));
   CHECK_THAT(r.out + r.err, Contains("find_unused_parameters"));
@@ -115,10 +122,8 @@ TEST_CASE("ranks on one host all-reduce through shared memory, with Gloo's resul
 
 TEST_CASE("a rank that leaves during a shared-memory all-reduce is named at once, not waited for",
           "[dist]") {
-  const auto t0 = std::chrono::steady_clock::now();
-  auto r = runLtrain({"launch", "--nproc-per-node", "2", "--master-port", "0", "--",
-                      LTRAIN_DDP_WORKER, "shm_dead"});
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double secs = 0;
+  auto r = launchWorkers(2, "shm_dead", &secs);
   INFO(r.out << r.err);
   CHECK(r.exit_code != 0);
   CHECK_THAT(r.out + r.err, Contains("rank 1 (pid"));
@@ -128,12 +133,22 @@ TEST_CASE("a rank that leaves during a shared-memory all-reduce is named at once
 
 TEST_CASE("ranks that all-reduce tensors of different sizes get an error, not stale sums",
           "[dist]") {
-  auto r = runLtrain({"launch", "--nproc-per-node", "2", "--master-port", "0", "--",
-                      LTRAIN_DDP_WORKER, "shm_mismatch"});
+  auto r = launchWorkers(2, "shm_mismatch");
   INFO(r.out << r.err);
   CHECK(r.exit_code != 0);
   CHECK_THAT(r.out + r.err,
              Contains("reduces 1001 elements of Float where this rank reduces 1000"));
+}
+
+TEST_CASE("a segment name taken by a user's file in /dev/shm leaves the file alone", "[dist]") {
+  // Rank 0 is given the name of a file it did not write: it cannot create the segment, every
+  // rank goes without it, and the file is still there with its contents.
+  for (auto& [rank, kv] : runWorkers(2, "shm_collide")) {
+    INFO("rank " << rank);
+    CHECK(kv["joined"] == "0");
+    CHECK(kv["user_file_kept"] == "1");
+    if (rank == 0) CHECK(kv["why_not"] == "create");
+  }
 }
 
 namespace {

@@ -3,7 +3,7 @@
 // what the test checks: the largest difference between DDP's gradients and the plain average of
 // every rank's own gradients, bucket and allreduce counts, and launch/backward-end timestamps.
 //   ddp_worker MODE   (MODE: basic | unused | unused_error | overlap | bf16 | accum | reversed
-//                      | shm | shm_dead | shm_mismatch | shm_off)
+//                      | shm | shm_dead | shm_mismatch | shm_collide | shm_off)
 // reversed: the layers run in the reverse of their registration order, and the reducer rebuilds
 // its buckets after the first step; a second step follows, and the buckets' parameters before
 // and after are printed.
@@ -11,9 +11,12 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <fstream>
 #include <iostream>
+#include <iterator>
 
 #include "ltrain/config/schema.h"
 #include "ltrain/cuda/plugin.h"
@@ -48,9 +51,32 @@ TORCH_MODULE(Net);
 // every order of summation gives the same floats: the difference must be exactly 0.
 // shm_dead: rank 1 leaves right after connecting; the others' all-reduce must fail naming it.
 // shm_mismatch: rank 1 all-reduces a longer tensor; every rank must fail saying so.
+// shm_collide: the segment's name is taken by a user's file, which must survive.
 int shmAllreduce(ltrain::distributed::ProcessGroup& comm, const std::string& mode) {
   const int64_t rank = comm.runtime().rank;
   if (mode == "shm_dead" && rank == 1) return 0;
+  if (mode == "shm_collide") {
+    // A user's file already holds the name rank 0 is told to use: joining must fail on every
+    // rank, and the file must still be there, unchanged (only a name ltrain created is removed).
+    const std::string name = fmt::format("/ltrain-user-{}", getpid());
+    const std::string path = "/dev/shm" + name, text = "the user's notes\n";
+    if (rank == 0) std::ofstream(path) << text;
+    std::string why_not;
+    auto shm = ltrain::distributed::SharedMemoryAllreduce::join(
+        *comm.store(), rank, comm.runtime().world_size, comm.timeout(), &why_not, name);
+    std::string kept;
+    if (rank == 0) {
+      std::ifstream in(path);
+      kept.assign(std::istreambuf_iterator<char>(in), {});
+      std::remove(path.c_str());  // the test's own file
+    }
+    std::cout << fmt::format(
+                     "result rank={} joined={} user_file_kept={} why_not={}", rank, shm ? 1 : 0,
+                     rank == 0 ? (kept == text ? 1 : 0) : 1,
+                     why_not.find("cannot create") != std::string::npos ? "create" : "other")
+              << std::endl;
+    return 0;
+  }
   if (mode == "shm_mismatch") {  // rank 1 reduces one element more than the others
     std::vector<at::Tensor> io{torch::ones({1000 + (rank == 1 ? 1 : 0)})};
     try {
@@ -106,7 +132,7 @@ int main(int argc, char** argv) {
   const torch::Device device = dev && std::string(dev) == "cuda"
                                    ? torch::Device(torch::kCUDA, static_cast<int>(rt.local_rank))
                                    : torch::Device(torch::kCPU);
-  dc.shm_allreduce = mode != "shm_off";
+  dc.shm_allreduce = mode != "shm_off" && mode != "shm_collide";
   auto comm = ltrain::distributed::ProcessGroup::connect(rt, dc, device);
   if (mode.rfind("shm", 0) == 0) return shmAllreduce(*comm, mode);
 

@@ -1,5 +1,6 @@
 #include "ltrain/distributed/shm_allreduce.h"
 
+#include <ATen/Dispatch.h>
 #include <c10/util/Exception.h>
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -240,22 +241,9 @@ struct SharedMemoryAllreduce::State {
   void run(const Job& job) {
     ++collectives;
     for (const auto& t : job.io) {
-      switch (t.scalar_type()) {
-        case at::kFloat:
-          reduce(t.data_ptr<float>(), t.numel());
-          break;
-        case at::kDouble:
-          reduce(t.data_ptr<double>(), t.numel());
-          break;
-        case at::kInt:
-          reduce(t.data_ptr<int32_t>(), t.numel());
-          break;
-        case at::kLong:
-          reduce(t.data_ptr<int64_t>(), t.numel());
-          break;
-        default:
-          fail("shared-memory all-reduce: unsupported dtype");  // supports() said no
-      }
+      // supports() let through only the dtypes this dispatches.
+      AT_DISPATCH_ALL_TYPES(t.scalar_type(), "shared-memory all-reduce",
+                            [&] { reduce(t.data_ptr<scalar_t>(), t.numel()); });
     }
   }
 
@@ -322,15 +310,16 @@ c10::intrusive_ptr<c10d::Work> SharedMemoryAllreduce::allreduce(const std::vecto
 
 std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::join(
     c10d::Store& store, int64_t rank, int64_t world, std::chrono::milliseconds timeout,
-    std::string* why_not) {
+    std::string* why_not, std::string name) {
   auto st = std::make_unique<State>();
   st->rank = rank, st->world = world, st->timeout = timeout;
   const int64_t slot_bytes = slotBytesFor(world);
   st->map_bytes = kHeaderBytes + static_cast<size_t>(2 * world * slot_bytes);
   std::string problem;  // this rank's reason for not joining, "" when it could
-  std::string name;
   uint64_t token = 0;
-  // The name rank 0 created leaves /dev/shm on every way out of here, a store error included.
+  // The name rank 0 created (O_EXCL: a file already there is never ours) leaves /dev/shm when
+  // join returns: every rank has mapped it or given up by then, so nothing is left there
+  // however the job ends. On every other way out too, a store error included.
   struct Unlink {
     std::string name;
     ~Unlink() {
@@ -350,7 +339,7 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::join(
   if (rank == 0) {
     std::random_device rd;
     token = (static_cast<uint64_t>(rd()) << 32) ^ rd();
-    name = fmt::format("/ltrain-{}-{:016x}", getpid(), token);
+    if (name.empty()) name = fmt::format("/ltrain-{}-{:016x}", getpid(), token);
     if (problem.empty()) {
       const int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR, 0600);
       if (fd < 0) {
@@ -411,9 +400,6 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::join(
     store.wait({key}, timeout);
     if (store.get(key).at(0) != 1 && refused.empty()) refused = fmt::format("rank {}", j);
   }
-  // Everyone has mapped it (or given up): the name can go, so nothing is left in /dev/shm
-  // however the job ends.
-  if (!created.name.empty()) shm_unlink(created.name.c_str()), created.name.clear();
   if (!refused.empty()) {
     if (why_not)
       *why_not = problem.empty() ? fmt::format("{} could not map the segment", refused) : problem;

@@ -26,11 +26,12 @@ class SharedMemoryAllreduce {
  public:
   // Every rank calls it (a collective over the store): rank 0 creates the segment, the others map
   // it, and all of them use it only if every rank could. nullptr otherwise, `why_not` saying why
-  // (no shared /dev/shm between the ranks, too little room there).
+  // (no shared /dev/shm between the ranks, too little room there). `name`: the segment's name in
+  // /dev/shm, "" for a fresh random one (tests give one to prove a taken name is left alone).
   static std::unique_ptr<SharedMemoryAllreduce> join(c10d::Store& store, int64_t rank,
                                                      int64_t world,
                                                      std::chrono::milliseconds timeout,
-                                                     std::string* why_not);
+                                                     std::string* why_not, std::string name = {});
   ~SharedMemoryAllreduce();
   SharedMemoryAllreduce(const SharedMemoryAllreduce&) = delete;
   SharedMemoryAllreduce& operator=(const SharedMemoryAllreduce&) = delete;
