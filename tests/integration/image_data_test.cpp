@@ -227,3 +227,49 @@ TEST_CASE("data.jpeg_dct_scaling decodes large JPEGs smaller and crops the same 
                   .to(torch::kInt);
   CHECK((ours - pillow.to(torch::kInt)).abs().max().item<int>() <= 1);
 }
+
+TEST_CASE(
+    "data.channels 1 alone takes gray defaults for data.mean and data.std, PNG and JPEG "
+    "files in modes L, RGB, RGBA and P",
+    "[data][image]") {
+  TempDir dir;
+  tool({"mixed-mode-folder", dir / "gray"});
+  const std::string cfg = dir / "gray.yaml";
+  ltrain::test::writeText(cfg,
+                          "name: gray\n"
+                          "data:\n"
+                          "  dataset: image_folder\n"
+                          "  path: " +
+                              (dir / "gray") +
+                              "\n"
+                              "  image_size: 28\n"
+                              "  channels: 1\n"
+                              "  batch_size: 8\n"
+                              "model: {name: mlp, hidden: [32]}\n"
+                              "optimizer: {name: adamw, lr: 0.01}\n"
+                              "train: {epochs: 6, log_every: 1}\n");
+  // `ltrain config` shows the values and where they came from; both are what a run uses.
+  auto shown = runLtrain({"config", cfg, "--explain"});
+  INFO(shown.err);
+  REQUIRE(shown.exit_code == 0);
+  CHECK_THAT(shown.out, Contains("mean: [0.459]"));
+  CHECK_THAT(shown.out, Contains("std: [0.226]"));
+  CHECK_THAT(shown.out, Contains("default (data.channels 1)"));
+  auto run = runLtrain({"train", cfg, "--output-dir", dir / "run"});
+  INFO(run.err);
+  REQUIRE(run.exit_code == 0);
+  CHECK(testAccuracy(dir / "run") > 0.9);  // dark against light, whatever each file's mode
+  const std::string resolved = ltrain::io::readFile(dir / "run/config.yaml");
+  CHECK_THAT(resolved, Contains("mean: [0.459]"));
+  // A list the user wrote is still checked, with its file and line.
+  const std::string bad = dir / "bad.yaml";
+  ltrain::test::writeText(bad, "base: gray.yaml\ndata:\n  mean: [0.5, 0.5, 0.5]\n");
+  for (const auto& args : std::vector<std::vector<std::string>>{
+           {"config", bad}, {"train", bad, "--output-dir", dir / "bad"}}) {
+    auto r = runLtrain(args);
+    CHECK(r.exit_code == 2);
+    CHECK_THAT(r.err, Contains(bad + ":3: data.mean has 3 values, expected one per channel "
+                                     "(data.channels 1)"));
+  }
+  CHECK_FALSE(std::filesystem::exists(dir / "bad"));
+}

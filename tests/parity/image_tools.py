@@ -11,6 +11,9 @@ what Pillow and torchvision make of them (no downloads).
   image_tools.py eval-transform DIR RESIZE SIZE
                                        (torchvision's Resize(RESIZE) + CenterCrop(SIZE) on the
                                         PIL image of each file in DIR: DIR/eval.safetensors)
+  image_tools.py mixed-mode-folder DIR  (class folders DIR/train/<class>, DIR/val/<class> of PNG
+                                        files in Pillow's modes L, RGB, RGBA and P and JPEG files
+                                        in L and RGB, the classes dark and light)
   image_tools.py image-folder-samples ROOT
                                        (torchvision.datasets.ImageFolder(ROOT).samples, a
                                         "path label" line each)
@@ -91,7 +94,7 @@ def make_decode_set(d):
     save_file(out, os.path.join(d, "pillow.safetensors"))
 
 
-FASHION = "/usr/share/datasets/fashion-mnist"
+FASHION = os.environ.get("LTRAIN_FASHION_MNIST_DIR") or "/usr/share/datasets/fashion-mnist"
 CLASSES = ["T-shirt", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
            "Ankle boot"]
 
@@ -140,6 +143,27 @@ def eval_transform(d, resize, size):
     save_file(out, os.path.join(d, "eval.safetensors"))
 
 
+def mixed_mode_folder(d):
+    """Two classes told apart by brightness, each file in one of six modes and formats, as a
+    folder of photos and scans collected from several tools would be."""
+    kinds = [("L", "png"), ("RGB", "png"), ("RGBA", "png"), ("P", "png"), ("L", "jpg"), ("RGB", "jpg")]
+    for split, n in (("train", 24), ("val", 12)):
+        for label, (cls, offset) in enumerate((("dark", 0), ("light", 150))):
+            os.makedirs(os.path.join(d, split, cls), exist_ok=True)
+            for i in range(n):
+                mode, ext = kinds[i % len(kinds)]
+                rgb = np.clip(pattern(30, 34, 3, 1000 * label + i) // 3 + offset, 0, 255).astype(np.uint8)
+                im = Image.fromarray(rgb)
+                if mode == "L":
+                    im = im.convert("L")
+                elif mode == "RGBA":
+                    im = Image.fromarray(np.dstack([rgb, np.full(rgb.shape[:2], 255, np.uint8)]))
+                elif mode == "P":
+                    im = im.quantize(32)
+                assert im.mode == mode, (im.mode, mode)
+                im.save(os.path.join(d, split, cls, f"{i:03d}-{mode}.{ext}"))
+
+
 def image_folder_samples(root):
     """torchvision.datasets.ImageFolder's (path, class index) list, one per line."""
     for path, label in datasets.ImageFolder(root).samples:
@@ -154,6 +178,8 @@ def main():
         fashion_folder(*args)
     elif cmd == "eval-transform":
         eval_transform(*args)
+    elif cmd == "mixed-mode-folder":
+        mixed_mode_folder(*args)
     elif cmd == "image-folder-samples":
         image_folder_samples(*args)
     else:

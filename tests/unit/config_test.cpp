@@ -5,6 +5,7 @@
 #include "ltrain/config/emit.h"
 #include "ltrain/config/load.h"
 #include "ltrain/config/schema.h"
+#include "ltrain/config/validate.h"
 #include "support/process.h"
 #include "test_paths.h"
 
@@ -127,4 +128,65 @@ TEST_CASE("docs/config.md is the schema's reference page") {
   std::string doc = ltrain::test::readText(std::string(LTRAIN_SOURCE_DIR) + "/docs/config.md");
   CHECK(doc == ltrain::config::referenceMarkdown());
   for (const auto& o : ltrain::config::schema()) CHECK_THAT(doc, Contains("`" + o.path + "`"));
+}
+
+TEST_CASE("data.channels 1 takes one-value gray defaults; only a list the user wrote is refused") {
+  const std::string gray = "data:\n  dataset: image_folder\n  path: /img\n  channels: 1\n";
+  auto lc = loadConfigText(gray, "exp.yaml", {});
+  CHECK(lc.cfg.data.mean == std::vector<double>{0.459});
+  CHECK(lc.cfg.data.std == std::vector<double>{0.226});
+  CHECK(lc.sources.at("data.mean") == "default (data.channels 1)");
+  // As written, never replaced by the gray default.
+  auto own = loadConfigText(gray, "exp.yaml", {"data.mean=[0.5]", "data.std=[0.5]"});
+  CHECK(own.cfg.data.mean == std::vector<double>{0.5});
+  CHECK(own.cfg.data.std == std::vector<double>{0.5});
+  CHECK_THAT(errorOf(gray + "  mean: [0.5, 0.5, 0.5]\n"),
+             Contains("data.mean has 3 values, expected one per channel (data.channels 1)"));
+  CHECK(errorOf(gray + "  std: [1, 1, 1]\n").rfind("exp.yaml:5:", 0) == 0);
+  CHECK(errorOf("data: {dataset: image_folder, path: /img}\n", {"data.mean=[0.5]"})
+            .find("data.mean has 1 values, expected one per channel (data.channels 3)") !=
+        std::string::npos);
+  // The resolved config keeps the gray values and loads back unchanged.
+  CHECK(ltrain::config::toYaml(loadConfigText(ltrain::config::toYaml(lc.cfg), "r.yaml", {}).cfg) ==
+        ltrain::config::toYaml(lc.cfg));
+}
+
+TEST_CASE("every dataset with every model that reads it loads from its required keys alone") {
+  // No default may be refused over another key the user set: each pairing is written as a new
+  // user would, with only what it cannot do without (a path, the layers of a graph).
+  const std::vector<std::pair<std::string, std::string>> datasets{
+      {"fashion_mnist", ""},
+      {"mnist", "path: /mnist"},
+      {"cifar10", ""},
+      {"cifar100", ""},
+      {"csv", "path: /table"},
+      {"text", "path: /corpus.txt"},
+      {"tokens", "path: /shards"},
+      {"image_folder", "path: /img"},
+      {"image_folder", "path: /img, channels: 1"},
+      {"image_list", "path: /img, channels: 1"},
+      {"synthetic", ""}};
+  const std::vector<std::string> models{"mlp", "cnn", "resnet", "gpt", "llama"};
+  int loaded = 0;
+  for (const auto& [dataset, extra] : datasets) {
+    const auto kind = ltrain::config::dataKind(dataset);
+    for (const auto& model : models) {
+      const bool lm = model == "gpt" || model == "llama";
+      if (lm != (kind == ltrain::config::DataKind::kTokens)) continue;
+      if ((model == "cnn" || model == "resnet") && kind == ltrain::config::DataKind::kFeatures)
+        continue;
+      const std::string yaml = "data: {dataset: " + dataset + (extra.empty() ? "" : ", " + extra) +
+                               "}\nmodel: {name: " + model + "}\n";
+      INFO(yaml);
+      CHECK(errorOf(yaml) == "");
+      for (const std::string more : {"dist.zero=3", "train.activation_checkpointing=blocks"}) {
+        if (more.rfind("train.activation", 0) == 0 && model == "mlp") continue;
+        if (more.rfind("train.activation", 0) == 0 && model == "cnn") continue;
+        INFO(more);
+        CHECK(errorOf(yaml, {more}) == "");
+      }
+      ++loaded;
+    }
+  }
+  CHECK(loaded == 29);
 }

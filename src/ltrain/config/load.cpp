@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <cctype>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -214,13 +215,28 @@ void checkOptions(const LoadedConfig& lc, const std::map<std::string, bool>& exp
         fmt::format("name must be a non-empty directory name without '/', got '{}'", c.name));
 }
 
-// Defaults that depend on the model: language models decay matrices only (nanoGPT's parameter
-// groups, as most LLM recipes), the others every parameter (torch.optim's default).
-void modelDefaults(LoadedConfig& lc) {
+// Defaults that depend on another key, filled in only where the user left them out (so that only
+// a value the user wrote can be refused). Language models decay matrices only (nanoGPT's
+// parameter groups, as most LLM recipes), the others every parameter (torch.optim's default).
+void derivedDefaults(LoadedConfig& lc) {
   const bool lm = lc.cfg.model.name == "gpt" || lc.cfg.model.name == "llama";
   if (lm && !lc.explicitly_set.count("optimizer.decay")) {
     lc.cfg.optimizer.decay = Decay::kMatrices;
     lc.sources["optimizer.decay"] = fmt::format("default (model {})", lc.cfg.model.name);
+  }
+  // Gray images take ImageNet's statistics through Pillow's L weights (0.299 R + 0.587 G +
+  // 0.114 B, the conversion the loader applies), one value each: the RGB default would be refused
+  // for a list length the user never wrote.
+  if (lc.cfg.data.channels == 1) {
+    const std::vector<double> luma{0.299, 0.587, 0.114};
+    for (auto* key : {"data.mean", "data.std"}) {
+      if (lc.explicitly_set.count(key)) continue;
+      auto& v = std::string(key) == "data.mean" ? lc.cfg.data.mean : lc.cfg.data.std;
+      double gray = 0;
+      for (size_t c = 0; c < luma.size(); ++c) gray += luma[c] * v[c];
+      v = {std::round(gray * 1000) / 1000};
+      lc.sources[key] = "default (data.channels 1)";
+    }
   }
   // dist.strategy fsdp is ZeRO-3 by its other name (an explicit other stage is refused by
   // validate()).
@@ -258,7 +274,7 @@ LoadedConfig loadConfigText(const std::string& text, const std::string& origin,
   for (const auto& o : overrides) b.applyOverride(o);
   b.out.explicitly_set = b.explicitly_set;
   mergeHfConfig(b.out, b.out.explicitly_set);
-  modelDefaults(b.out);
+  derivedDefaults(b.out);
   checkOptions(b.out, b.out.explicitly_set);
   validate(b.out);
   return b.out;

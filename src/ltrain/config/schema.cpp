@@ -315,9 +315,14 @@ std::vector<Option> buildSchema() {
              "the centre; 0: image_size x 256 / 224 (torchvision's ImageNet recipe)",
              int64_t{0})
           .atLeast(0),
-      LT_OPT(data.mean, "image_folder, image_list: per-channel mean after scaling to [0, 1]",
+      LT_OPT(data.mean,
+             "image_folder, image_list: per-channel mean after scaling to [0, 1]; unset, "
+             "ImageNet's (as listed for RGB; [0.459] for data.channels 1, the same weighted as "
+             "Pillow's L conversion)",
              FloatList{0.485, 0.456, 0.406}),
-      LT_OPT(data.std, "image_folder, image_list: per-channel std after scaling to [0, 1]",
+      LT_OPT(data.std,
+             "image_folder, image_list: per-channel std after scaling to [0, 1]; unset, "
+             "ImageNet's (as listed for RGB; [0.226] for data.channels 1)",
              FloatList{0.229, 0.224, 0.225})
           .positive(),
       LT_OPT(data.on_bad_image,
@@ -344,7 +349,7 @@ std::vector<Option> buildSchema() {
           .atLeast(0),
       LT_OPT(data.path,
              "Directory of the dataset's files (text: the text file); empty: its standard location "
-             "(/usr/share/datasets/fashion-mnist for fashion_mnist)",
+             "(/usr/share/datasets/fashion-mnist for fashion_mnist, or $LTRAIN_FASHION_MNIST_DIR)",
              S("")),
       LT_OPT(data.batch_size, "Training batch size per process", int64_t{64}).atLeast(1),
       LT_OPT(data.eval_batch_size, "Evaluation batch size per process", int64_t{1000}).atLeast(1),
