@@ -245,6 +245,36 @@ TEST_CASE("dist.zero=3 trains a GPT to plain DDP's weights holding 1/world of th
 }
 
 TEST_CASE(
+    "one launched worker with an explicit dist.backend shards under dist.zero 1, 2 and 3 "
+    "and trains to the plain run's weights",
+    "[dist]") {
+  // What scripts/gpu_check.sh runs on one GPU: the reduce-scatters, all-gathers and unit hooks of
+  // the sharded path in a group of one, here over Gloo.
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 4\n");
+  ltrain::test::writeText(dir / "t.txt", ltrain::test::textCorpus(200));
+  auto plain = runLtrain(gpt(dir, dir / "plain", 1, {"train.grad_accum=2"}));
+  INFO(plain.out << plain.err);
+  REQUIRE(plain.exit_code == 0);
+  for (const std::string zero : {"1", "2", "3"}) {
+    auto r = runLtrain(gpt(dir, dir / ("z" + zero), 1,
+                           {"train.grad_accum=2", "dist.backend=gloo", "dist.zero=" + zero}));
+    INFO("zero " << zero << "\n" << r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.out, Contains("ZeRO-" + zero));
+    const double diff = ltrain::test::maxWeightDiff(dir / "plain/model.safetensors",
+                                                    dir / ("z" + zero + "/model.safetensors"));
+    INFO("max |plain - zero" << zero << "| = " << diff);
+    CHECK(diff < 1e-5);
+  }
+  // ZeRO-3's checkpoint is sharded (one rank's part and the index) even with one rank.
+  bool sharded = false;
+  for (const auto& e : std::filesystem::directory_iterator(dir / "z3/checkpoints"))
+    sharded = sharded || std::filesystem::exists(e.path() / "index.json");
+  CHECK(sharded);
+}
+
+TEST_CASE(
     "dist.strategy=fsdp over three ranks matches DDP: whole-model units, checkpointed "
     "blocks without prefetch, uneven evaluation shards, a llama",
     "[dist]") {

@@ -5,6 +5,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <map>
 #include <set>
 #include <tuple>
@@ -48,6 +49,9 @@ BucketReducer::BucketReducer(ReducedTensors tensors, ProcessGroup& pg, ReducerOp
       pg_(pg),
       world_(pg.runtime().world_size),
       opts_(std::move(opts)) {
+  // Every rank builds its reducers in the same order, so the count names the same one on each.
+  static std::atomic<size_t> made{0};
+  id_ = made++;
   if (scatters() && opts_.extra_scalars > 0)
     throw std::logic_error("BucketReducer: extra scalars ride on all-reduce buckets only");
   if (opts_.release_after_reduce && !scatters())
@@ -150,23 +154,32 @@ void BucketReducer::layOutBuckets(const std::vector<size_t>& order) {
 
 void BucketReducer::rebuildFromReadyOrder() {
   // PyTorch's reducer does this once, after the first step: the buckets are laid out again in
-  // the order the gradients became ready, rank 0's order broadcast so that all agree. The
-  // parameters left unready (unused) keep their place after the rest.
-  std::vector<int64_t> order(ready_order_.begin(), ready_order_.end());
+  // the order the gradients became ready, rank 0's order, so that all agree. The parameters left
+  // unready (unused) keep their place after the rest.
+  std::vector<size_t> order(ready_order_.begin(), ready_order_.end());
   std::vector<char> in(slots_.size(), 0);
   for (size_t s : ready_order_) in[s] = 1;
   for (const auto& b : buckets_)
     for (size_t s : b.slots)
-      if (!in[s]) order.push_back(static_cast<int64_t>(s));
-  const auto device = slots_.empty() ? torch::Device(torch::kCPU) : slots_[0].param.device();
-  std::vector<at::Tensor> io{torch::tensor(order, torch::kLong).to(device)};
-  pg_.wait(pg_.backend()->broadcast(io));
-  const auto agreed_cpu = io[0].cpu();
-  const auto agreed = agreed_cpu.accessor<int64_t, 1>();
-  std::vector<size_t> next(order.size());
-  for (size_t i = 0; i < next.size(); ++i)
-    next[i] = static_cast<size_t>(agreed[static_cast<int64_t>(i)]);
-  layOutBuckets(next);
+      if (!in[s]) order.push_back(s);
+  if (world_ > 1) {
+    // Through the store, on the host: a broadcast of a device tensor would copy to the GPU and
+    // back, a host synchronisation inside the first step.
+    std::string mine;
+    for (size_t s : order) mine += std::to_string(s) + ",";
+    const std::string agreed = pg_.broadcastString(fmt::format("bucket_order/{}", id_), mine);
+    std::vector<size_t> next;
+    size_t start = 0;
+    for (size_t comma; (comma = agreed.find(',', start)) != std::string::npos; start = comma + 1)
+      next.push_back(std::stoul(agreed.substr(start, comma - start)));
+    if (next.size() != order.size())
+      throw std::runtime_error(fmt::format(
+          "rank 0 laid out {} gradients in its buckets, this rank has {}: the ranks do not train "
+          "the same model",
+          next.size(), order.size()));
+    order = std::move(next);
+  }
+  layOutBuckets(order);
 }
 
 BucketReducer::~BucketReducer() {
@@ -320,12 +333,19 @@ void BucketReducer::finishBackward() {
   // With find_unused_parameters, which parameters any rank used: as in PyTorch, a parameter no rank
   // used keeps no gradient (the optimizer leaves it alone). Issued after every bucket, so the
   // collectives come in the same order on every rank whatever each one left unused.
+  // The map lives on the buckets' device from step to step; where this rank used every parameter
+  // (the usual step) it is filled there, with no copy from the host.
   c10::intrusive_ptr<c10d::Work> used_work;
-  torch::Tensor used_any;
   if (opts_.find_unused_parameters) {
-    used_any = torch::tensor(used, torch::kInt)
-                   .to(buckets_.empty() ? torch::kCPU : buckets_[0].buffer.device());
-    std::vector<at::Tensor> io{used_any};
+    const auto device = buckets_.empty() ? torch::Device(torch::kCPU) : buckets_[0].wire.device();
+    if (!used_dev_.defined())
+      used_dev_ = torch::empty({static_cast<int64_t>(slots_.size())},
+                               torch::TensorOptions().dtype(torch::kInt).device(device));
+    if (unused.empty())
+      used_dev_.fill_(1);
+    else
+      used_dev_.copy_(torch::tensor(used, torch::kInt));
+    std::vector<at::Tensor> io{used_dev_};
     used_work = pg_.allreduce(io);
   }
   for (auto& b : buckets_) {
@@ -345,17 +365,20 @@ void BucketReducer::finishBackward() {
         p.mutable_grad() = reduced.to(p.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
     }
   }
-  // (The gradients written above keep the old buffers alive until the next step replaces them.)
-  if (opts_.rebuild_buckets && !rebuilt_) rebuilt_ = true, rebuildFromReadyOrder();
+  // Read before a rebuild replaces the buffers: the extras (the stop vote) are in this step's.
   if (extras_offset_ >= 0)
     extras_ =
         buckets_.back().buffer.narrow(0, extras_offset_, static_cast<int64_t>(opts_.extra_scalars));
+  // (The gradients written above keep the old buffers alive until the next step replaces them.)
+  if (opts_.rebuild_buckets && !rebuilt_) rebuilt_ = true, rebuildFromReadyOrder();
   if (used_work) {
-    pg_.wait(used_work);
-    const auto counts_cpu = used_any.cpu();
-    const auto counts = counts_cpu.accessor<int32_t, 1>();
-    for (size_t s = 0; s < slots_.size(); ++s)
-      if (counts[static_cast<int64_t>(s)] == 0) slots_[s].param.mutable_grad().reset();
+    pg_.wait(used_work);    // before the map is written again; stream-ordered on NCCL
+    if (!unused.empty()) {  // where this rank used every parameter, so did the sum: nothing to read
+      const auto counts_cpu = used_dev_.cpu();
+      const auto counts = counts_cpu.accessor<int32_t, 1>();
+      for (size_t s = 0; s < slots_.size(); ++s)
+        if (counts[static_cast<int64_t>(s)] == 0) slots_[s].param.mutable_grad().reset();
+    }
   }
   armed_ = false;
 }

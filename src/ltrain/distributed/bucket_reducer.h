@@ -124,7 +124,7 @@ class BucketReducer {
   friend struct GradReadyHook;
   void markReady(size_t slot);
   bool viewsGrad(const Slot& slot) const;
-  void launchReady();  // under mu_
+  void launchReady();                                    // under mu_
   void layOutBuckets(const std::vector<size_t>& order);  // slots in bucket order
   void rebuildFromReadyOrder();
   void broadcastCoalesced(const std::vector<torch::Tensor>& tensors);
@@ -146,6 +146,8 @@ class BucketReducer {
   int64_t extras_offset_ = -1;  // where the extra scalars sit in the last bucket, or -1
   std::function<void(float*)> fill_extras_;
   torch::Tensor extras_;
+  torch::Tensor used_dev_;  // find_unused_parameters: per slot, whether a rank used it
+  size_t id_;  // this reducer's number in the process (the same on every rank): its store keys
   size_t next_launch_ = 0;
   bool armed_ = false;
   std::mutex mu_;

@@ -46,10 +46,7 @@ class DdpSync final : public GradientSync {
   }
 
   void beforeForward(bool first, bool last) override {
-    // Set to none by hand: LibTorch's zero_grad() detaches in place first, which a gradient that
-    // is a view of its bucket refuses (as PyTorch's does under gradient_as_bucket_view).
-    if (first)
-      for (auto& p : model_->parameters()) p.mutable_grad().reset();
+    if (first) zeroGradients();
     for (auto& st : stages_) {
       st.reducer->prepareBackward(last);
       if (st.has_buffers) st.reducer->broadcastBuffers();
@@ -144,6 +141,21 @@ class DdpSync final : public GradientSync {
     bool has_buffers = false;
   };
 
+  void zeroGradients() {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model_->parameters()) {
+      if (stages_.empty() || !p.grad().defined()) {
+        // One process: set to none, as PyTorch's zero_grad. (By hand: LibTorch's zero_grad()
+        // detaches in place first, which a gradient that is a view of its bucket refuses.)
+        p.mutable_grad().reset();
+      } else {
+        // Zeroed where it is, as PyTorch's DDP under gradient_as_bucket_view: backward then
+        // accumulates straight into the bucket, and no step allocates whole gradients anew.
+        p.mutable_grad().zero_();
+      }
+    }
+  }
+
   std::vector<torch::Tensor> gradients() const {
     std::vector<torch::Tensor> out;
     for (const auto& p : model_->parameters())
@@ -167,7 +179,9 @@ std::unique_ptr<GradientSync> makeDdpSync(SyncSetup setup) {
 }
 
 std::unique_ptr<GradientSync> makeGradientSync(SyncSetup setup) {
-  const bool sharded = setup.pg && setup.pg->runtime().world_size > 1 && setup.dist.zero >= 1;
+  // A process group of one shards too (a single launched worker with an explicit dist.backend):
+  // its reduce-scatters, all-gathers and unit hooks then run on a machine with one GPU.
+  const bool sharded = setup.pg && setup.dist.zero >= 1;
   return sharded ? makeZero1Sync(std::move(setup)) : makeDdpSync(std::move(setup));
 }
 

@@ -100,8 +100,11 @@ torch::Tensor TrainStep::pipelineForwardBackward(const data::Batch& b, int64_t s
   auto y = b.targets.to(devices_.main, /*non_blocking=*/true);
   AutocastScope autocast(cfg_.train.precision, devices_.main.type());
   const double k = static_cast<double>(micro_batches);
-  const auto scale = scaler_.enabled() ? scaler_.scaleTensor().reshape({}) / k
-                                       : torch::full({}, 1.0 / k, torch::kFloat);
+  const auto scale =
+      scaler_.enabled()
+          ? scaler_.scaleTensor().reshape({}) / k
+          : torch::full({}, 1.0 / k,
+                        torch::TensorOptions().dtype(torch::kFloat).device(devices_.main));
   bool first = true;
   auto loss_sum = [&](const torch::Tensor& out, const torch::Tensor& t) {
     auto l = crossEntropy(out, t, torch::kSum);

@@ -220,7 +220,7 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   sync_ = distributed::makeGradientSync(std::move(setup));
   if (resumed) sync_->loadWholeOptimizer(*whole);
   step_ = std::make_unique<TrainStep>(cfg_, model_, devices_, *sync_, scaler_, faults_);
-  const bool sharded = cfg_.dist.zero == 3 && pg_ && rt_.world_size > 1;
+  const bool sharded = cfg_.dist.zero == 3 && pg_;  // as makeGradientSync shards
   checkpointer_ =
       std::make_unique<Checkpointer>(run_.path, cfg_.train.keep_checkpoints, rt_.isMain(),
                                      devices_.main, sharded ? pg_.get() : nullptr);
