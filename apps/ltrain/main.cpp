@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <torch/version.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
@@ -18,8 +19,8 @@
 #include "ltrain/common/errors.h"
 #include "ltrain/common/stop_signal.h"
 #include "ltrain/config/emit.h"
-#include "ltrain/cuda/plugin.h"
 #include "ltrain/config/load.h"
+#include "ltrain/cuda/plugin.h"
 #include "ltrain/distributed/runtime.h"
 #include "ltrain/io/files.h"
 #include "ltrain/io/owned_dir.h"
@@ -225,6 +226,11 @@ int main(int argc, char** argv) {
   ltrain::cuda::loadIfPresent();  // before anything asks LibTorch about CUDA
   CLI::App app{"ltrain: train LibTorch models from a YAML config, on one or many devices"};
   app.require_subcommand(1);
+  // What a bug report or the GPU check needs: LibTorch's version, and whether the CUDA side
+  // loaded (with NCCL's version) or why not.
+  app.set_version_flag("--version", [] {
+    return fmt::format("ltrain, LibTorch {}\n{}", TORCH_VERSION, ltrain::cuda::status());
+  });
   Args a;
   const std::string keys =
       "\nConfig keys (set in the YAML file or as KEY=VALUE):\n" + ltrain::config::optionSummary();
@@ -364,6 +370,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     std::cerr << "ltrain: error: " << oneLine(e.what()) << " (see ltrain --help)\n";

@@ -5,6 +5,7 @@
 #include <ATen/cuda/CUDAContext.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <torch/csrc/distributed/c10d/NCCLUtils.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 
 namespace {
@@ -41,7 +42,12 @@ c10::intrusive_ptr<c10d::Backend> makeNccl(const c10::intrusive_ptr<c10d::Store>
   return nccl;
 }
 
-const ltrain::cuda::Plugin kPlugin{peakAllocatedMb, deviceName, setSyncDebugMode, makeNccl};
+std::string ncclVersion() {
+  return c10d::getNcclVersion();
+}
+
+const ltrain::cuda::Plugin kPlugin{peakAllocatedMb, deviceName, setSyncDebugMode, makeNccl,
+                                   ncclVersion};
 
 }  // namespace
 

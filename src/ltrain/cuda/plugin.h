@@ -23,12 +23,15 @@ struct Plugin {
                                                  int rank, int world_size,
                                                  std::chrono::milliseconds timeout,
                                                  c10::Device device);
+  // NCCL's version as LibTorch's NCCL library reports it ("2.27.5").
+  std::string (*nccl_version)();
 };
 
 // Loads libltrain_cuda.so (found next to the executable, or one directory up) where this
 // machine has an NVIDIA driver, or always with LTRAIN_LOAD_CUDA=1 (never with 0). Call it first
 // in main(): LibTorch decides once, at its first CUDA query, whether CUDA is there. Idempotent;
-// a failed load is a warning (the run is then CPU-only), not an error.
+// a failed load is a warning here; a run that may use the GPU then refuses to start
+// (train/devices.cpp).
 void loadIfPresent();
 
 // The plugin's functions; nullptr where it is not loaded (no GPU can be in use then).
@@ -36,6 +39,10 @@ const Plugin* plugin();
 
 // Why the load was attempted and failed (dlerror's text); empty where it loaded or was not tried.
 const std::string& loadFailure();
+
+// One line for `ltrain --version`: loaded (NCCL's version, the devices visible), not loaded and
+// why, or not tried (no NVIDIA driver).
+std::string status();
 
 }  // namespace ltrain::cuda
 

@@ -1,4 +1,6 @@
 #include <dlfcn.h>
+#include <fmt/format.h>
+#include <torch/cuda.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -66,6 +68,16 @@ const Plugin* plugin() {
 
 const std::string& loadFailure() {
   return failure;
+}
+
+std::string status() {
+  if (loaded) {
+    const auto n = torch::cuda::device_count();
+    return fmt::format("CUDA: libltrain_cuda.so loaded, NCCL {}, {} device(s) visible{}",
+                       loaded->nccl_version(), n, n > 0 ? " (" + loaded->device_name(0) + ")" : "");
+  }
+  if (!failure.empty()) return "CUDA: libltrain_cuda.so did not load: " + failure;
+  return "CUDA: not loaded (no NVIDIA driver here; LTRAIN_LOAD_CUDA=1 forces the load)";
 }
 
 }  // namespace ltrain::cuda
