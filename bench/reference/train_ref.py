@@ -32,7 +32,7 @@ from torch.utils.data import DistributedSampler
 from gpt_ref import gpt_layers
 from layers_ref import layer_modules
 
-FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
+FASHION_MNIST = os.environ.get("LTRAIN_FASHION_MNIST_DIR") or "/usr/share/datasets/fashion-mnist"
 ACTIVATIONS = {"relu": nn.ReLU, "gelu": nn.GELU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid}
 
 

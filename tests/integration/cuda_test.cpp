@@ -12,6 +12,7 @@
 #include "ltrain/data/loader.h"
 #include "ltrain/models/model.h"
 #include "ltrain/train/precision.h"
+#include "support/cuda_expect.h"
 #include "support/process.h"
 #include "support/results.h"
 #include "support/run_files.h"
@@ -23,15 +24,7 @@ using ltrain::test::runLtrain;
 using ltrain::test::TempDir;
 
 namespace {
-bool haveCuda() {
-  if (torch::cuda::is_available()) return true;
-  // scripts/gpu_check.sh sets this on the GPU machine: there a missing GPU (a plugin that did not
-  // load, say) fails these tests instead of skipping them.
-  const char* expect = std::getenv("LTRAIN_EXPECT_CUDA");
-  if (expect && std::string(expect) == "1") FAIL("LTRAIN_EXPECT_CUDA=1 but LibTorch sees no GPU");
-  WARN("no CUDA device here: this check runs in scripts/gpu_check.sh on a GPU machine");
-  return false;
-}
+using ltrain::test::haveCuda;
 
 // A small MLP with dropout on synthetic data, on the GPU.
 std::vector<std::string> gpuRun(const std::string& cfg, const std::string& out,

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <cstdlib>
 #include <filesystem>
 
 #include "ltrain/common/errors.h"
@@ -16,7 +17,12 @@
 namespace ltrain::data {
 namespace {
 
-constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
+// Debian's dataset-fashion-mnist; LTRAIN_FASHION_MNIST_DIR names another copy (a machine where
+// the package is unpacked elsewhere, as scripts/gpu_check.sh does on the GPU machine).
+std::string fashionMnistDir() {
+  const char* env = std::getenv("LTRAIN_FASHION_MNIST_DIR");
+  return env && *env ? env : "/usr/share/datasets/fashion-mnist";
+}
 
 // Prefer the gzip file Debian ships; accept an unpacked one too.
 std::string findIdx(const std::string& dir, const std::string& stem) {
@@ -27,7 +33,7 @@ std::string findIdx(const std::string& dir, const std::string& stem) {
   throw UsageError(fmt::format(
       "data file '{}/{}.gz' not found (expected the IDX files of the dataset "
       "in data.path{})",
-      dir, stem, dir == kFashionMnistDir ? "; install Debian's dataset-fashion-mnist" : ""));
+      dir, stem, dir == fashionMnistDir() ? "; install Debian's dataset-fashion-mnist" : ""));
 }
 
 Dataset synthetic(const config::DataConfig& cfg, int64_t n, uint64_t seed) {
@@ -46,7 +52,7 @@ Dataset synthetic(const config::DataConfig& cfg, int64_t n, uint64_t seed) {
 
 std::string resolvedDataPath(const config::DataConfig& cfg) {
   if (!cfg.path.empty() || cfg.dataset != "fashion_mnist") return cfg.path;
-  return kFashionMnistDir;
+  return fashionMnistDir();
 }
 
 Dataset loadIdxPair(const std::string& images, const std::string& labels, int64_t num_classes) {
@@ -107,7 +113,7 @@ Splits loadDataset(const config::DataConfig& cfg, uint64_t seed, int64_t block_s
   if (!std::filesystem::is_directory(dir, ec))
     throw UsageError(
         fmt::format("data.path '{}' is not a directory{}", dir,
-                    dir == kFashionMnistDir ? " (install Debian's dataset-fashion-mnist)" : ""));
+                    dir == fashionMnistDir() ? " (install Debian's dataset-fashion-mnist)" : ""));
   // Looked up one by one, in a fixed order, so a missing file is always reported the same way.
   for (auto [split, prefix] : {std::pair{&s.train, "train"}, std::pair{&s.test, "t10k"}}) {
     const std::string images = findIdx(dir, std::string(prefix) + "-images-idx3-ubyte");
