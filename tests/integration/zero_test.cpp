@@ -202,6 +202,12 @@ TEST_CASE("dist.zero=1 refuses the options it does not combine with, by name") {
   auto fsdp = runLtrain({"config", dir / "c.yaml", "dist.strategy=fsdp", "dist.zero=1"});
   CHECK(fsdp.exit_code == 2);
   CHECK_THAT(fsdp.err, Contains("dist.strategy fsdp shards the parameters, which is dist.zero 3"));
+  // dist.strategy dp copies the whole model to every GPU each step: no shards to keep.
+  for (const std::string zero : {"1", "3"}) {
+    auto dp = runLtrain({"config", dir / "c.yaml", "dist.strategy=dp", "dist.zero=" + zero});
+    CHECK(dp.exit_code == 2);
+    CHECK_THAT(dp.err, Contains("dist.strategy dp does not combine with dist.zero " + zero));
+  }
   auto shown = runLtrain({"config", dir / "c.yaml", "dist.strategy=fsdp"});
   CHECK(shown.exit_code == 0);
   CHECK_THAT(shown.out, Contains("zero: 3"));

@@ -157,6 +157,12 @@ void distributedOptions(const LoadedConfig& lc) {
     refuse(lc, setOne(lc, "model.pipeline_schedule", "model.placement"),
            "model.pipeline_schedule 1f1b schedules a pipeline's stages; set model.placement "
            "pipeline, or leave the schedule gpipe");
+  // dp replicates the whole module onto each GPU every step: there are no shards to keep.
+  if (c.dist.strategy == Strategy::kDp && c.dist.zero >= 1)
+    refuse(lc, setOne(lc, "dist.zero", "dist.strategy"),
+           fmt::format("dist.strategy dp does not combine with dist.zero {} (dp copies the whole "
+                       "model to every GPU each step); use dist.strategy ddp",
+                       c.dist.zero));
   if (c.dist.strategy == Strategy::kDp && c.model.placement == Placement::kPipeline)
     refuse(lc, "dist.strategy", "dist.strategy dp does not combine with model.placement pipeline");
   if (c.dist.backend == Backend::kNccl && c.train.device == DeviceChoice::kCpu)

@@ -47,15 +47,16 @@ void loadIfPresent() {
       failure = dlerror();
       // On stderr, before logging is set up: the launcher passes a worker's stderr through.
       std::fprintf(stderr,
-                   "ltrain: warning: the CUDA libraries did not load (%s): running without a GPU "
-                   "(LTRAIN_LOAD_CUDA=0 skips the attempt)\n",
+                   "ltrain: warning: the CUDA libraries did not load (%s): no GPU can be used; "
+                   "a run with train.device auto or cuda refuses to start, train.device cpu "
+                   "trains on the CPU (LTRAIN_LOAD_CUDA=0 skips the attempt)\n",
                    failure.c_str());
       return;
     }
     auto get = reinterpret_cast<const Plugin* (*)()>(dlsym(h, "ltrain_cuda_plugin"));
     if (!get) {
       failure = path + " has no ltrain_cuda_plugin";
-      std::fprintf(stderr, "ltrain: warning: %s: running without a GPU\n", failure.c_str());
+      std::fprintf(stderr, "ltrain: warning: %s: no GPU can be used\n", failure.c_str());
       return;
     }
     loaded = get();
