@@ -16,6 +16,7 @@ APT_PACKAGES=(
   libturbojpeg0-dev libpng-dev  # JPEG and PNG image files (data/image_decode.cpp)
   dataset-fashion-mnist fortunes  # quickstart data; the text corpus of configs/gpt_char.yaml
   clang libclang-rt-14-dev iproute2  # fuzzing (libFuzzer), multi-node tests (ip netns)
+  clang-format  # scripts/check_format.sh (a test): every C++ file as .clang-format writes it
   slurmctld slurmd slurm-client munge  # the test that runs a real single-node Slurm
 )
 

@@ -7,8 +7,8 @@
 #include "ltrain/common/errors.h"
 #include "ltrain/config/schema.h"
 #include "ltrain/models/model.h"
-#include "ltrain/train/checkpoint.h"
-#include "ltrain/train/optimizer.h"
+#include "ltrain/checkpoint/checkpoint.h"
+#include "ltrain/optim/optimizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static auto cfg = [] {
@@ -17,10 +17,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return c;
   }();
   auto model = ltrain::models::build(cfg.model, {1, 6, 6}, 10);
-  auto opt = ltrain::train::makeOptimizer(cfg.optimizer, model->parameters());
+  auto opt = ltrain::optim::makeOptimizer(cfg.optimizer, model->parameters());
   const std::string path = ltrain::fuzz::writeScratch(data, size, ".pt");
   try {
-    ltrain::train::loadCheckpoint(path, *model, *opt);
+    ltrain::checkpoint::loadCheckpoint(path, *model, *opt);
   } catch (const ltrain::UsageError&) {
   }
   return 0;

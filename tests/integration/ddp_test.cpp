@@ -8,8 +8,8 @@
 
 #include "ltrain/config/schema.h"
 #include "ltrain/models/model.h"
-#include "ltrain/train/checkpoint.h"
-#include "ltrain/train/optimizer.h"
+#include "ltrain/checkpoint/checkpoint.h"
+#include "ltrain/optim/optimizer.h"
 #include "support/process.h"
 #include "support/results.h"
 #include "support/run_files.h"
@@ -156,10 +156,10 @@ std::vector<torch::Tensor> finalWeights(const std::string& run) {
   auto cfg = ltrain::config::defaults();
   cfg.model.hidden = {32, 16};
   auto m = ltrain::models::build(cfg.model, {1, 6, 6}, 10);
-  auto opt = ltrain::train::makeOptimizer(cfg.optimizer, m->parameters());
-  auto ckpt = ltrain::train::newestCheckpoint(run + "/checkpoints");
+  auto opt = ltrain::optim::makeOptimizer(cfg.optimizer, m->parameters());
+  auto ckpt = ltrain::checkpoint::newestCheckpoint(run + "/checkpoints");
   REQUIRE(ckpt);
-  ltrain::train::loadCheckpoint(*ckpt, *m, *opt);
+  ltrain::checkpoint::loadCheckpoint(*ckpt, *m, *opt);
   return m->parameters();
 }
 std::vector<std::string> trainArgs(const std::string& cfg, const std::string& out, int batch,

@@ -11,7 +11,7 @@
 #include <sstream>
 #include <thread>
 
-#include "ltrain/train/checkpoint.h"
+#include "ltrain/checkpoint/checkpoint.h"
 #include "support/process.h"
 #include "support/run_files.h"
 #include "test_paths.h"
@@ -35,7 +35,7 @@ std::vector<std::string> train(const std::string& cfg, const std::string& out, i
 }
 
 int newestStep(const std::string& run) {
-  auto all = ltrain::train::checkpointsNewestFirst(run + "/checkpoints");
+  auto all = ltrain::checkpoint::checkpointsNewestFirst(run + "/checkpoints");
   if (all.empty()) return -1;
   auto name = std::filesystem::path(all.front()).filename().string();
   return std::stoi(name.substr(5, 8));

@@ -7,8 +7,8 @@
 
 #include "ltrain/config/schema.h"
 #include "ltrain/models/model.h"
-#include "ltrain/train/checkpoint.h"
-#include "ltrain/train/optimizer.h"
+#include "ltrain/checkpoint/checkpoint.h"
+#include "ltrain/optim/optimizer.h"
 #include "support/process.h"
 #include "support/run_files.h"
 #include "test_paths.h"
@@ -56,8 +56,8 @@ std::vector<torch::Tensor> modelTensors(const std::string& ckpt) {
   cfg.model.dropout = 0.3;
   cfg.optimizer.name = ltrain::config::OptimizerName::kAdamw;
   auto m = ltrain::models::build(cfg.model, {1, 6, 6}, 10);
-  auto opt = ltrain::train::makeOptimizer(cfg.optimizer, m->parameters());
-  ltrain::train::loadCheckpoint(ckpt, *m, *opt);
+  auto opt = ltrain::optim::makeOptimizer(cfg.optimizer, m->parameters());
+  ltrain::checkpoint::loadCheckpoint(ckpt, *m, *opt);
   return m->parameters();
 }
 }  // namespace
@@ -127,7 +127,7 @@ TEST_CASE("train.keep_checkpoints keeps the newest K") {
   auto a = args(dir / "c.yaml", dir / "run", "1");
   a.push_back("train.keep_checkpoints=2");
   REQUIRE(runLtrain(a).exit_code == 0);
-  auto left = ltrain::train::checkpointsNewestFirst(dir / "run/checkpoints");
+  auto left = ltrain::checkpoint::checkpointsNewestFirst(dir / "run/checkpoints");
   REQUIRE(left.size() == 2);
   CHECK_THAT(left[0], Catch::Matchers::EndsWith("step-00000057.pt"));
   CHECK_THAT(left[1], Catch::Matchers::EndsWith("step-00000056.pt"));
@@ -139,7 +139,7 @@ TEST_CASE("resuming with another model is refused, however many checkpoints ther
   auto killed =
       runLtrain(args(dir / "c.yaml", dir / "run", "1"), {{"LTRAIN_FAULT_KILL_AT_STEP", "13"}});
   REQUIRE(killed.exit_code == 128 + 9);
-  REQUIRE(ltrain::train::checkpointsNewestFirst(dir / "run/checkpoints").size() == 3);
+  REQUIRE(ltrain::checkpoint::checkpointsNewestFirst(dir / "run/checkpoints").size() == 3);
   // The model changed: each checkpoint is refused (the fallback compares against the config's
   // own shapes, not against what the refused one left behind), and nothing trains.
   auto a = args(dir / "c.yaml", dir / "run", "1");

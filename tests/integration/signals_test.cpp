@@ -9,7 +9,7 @@
 #include <filesystem>
 #include <thread>
 
-#include "ltrain/train/checkpoint.h"
+#include "ltrain/checkpoint/checkpoint.h"
 #include "support/process.h"
 #include "support/run_files.h"
 #include "test_paths.h"
@@ -38,7 +38,7 @@ TEST_CASE("SIGHUP to the launcher stops the workers as SIGTERM does: a checkpoin
   INFO(r.out << r.err);
   CHECK(r.exit_code == 128 + SIGHUP);
   CHECK_THAT(r.out + r.err, Contains("stopped by SIGTERM after step"));
-  CHECK(!ltrain::train::checkpointsNewestFirst(dir / "run/checkpoints").empty());
+  CHECK(!ltrain::checkpoint::checkpointsNewestFirst(dir / "run/checkpoints").empty());
   CHECK(ltrain::test::readJson(dir / "run/summary.json")["status"] == "interrupted");
 }
 

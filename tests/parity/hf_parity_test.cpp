@@ -15,7 +15,7 @@
 #include "ltrain/io/safetensors.h"
 #include "ltrain/models/hf_checkpoint.h"
 #include "ltrain/models/model.h"
-#include "ltrain/train/inference.h"
+#include "ltrain/inference/inference.h"
 #include "support/process.h"
 #include "test_paths.h"
 
@@ -163,9 +163,9 @@ TEST_CASE(
     CHECK(std::filesystem::exists(out + "/.ltrain"));
 
     // ltrain's logits from the run's final weights, transformers' from the export.
-    ltrain::train::InferenceRequest req;
+    ltrain::inference::InferenceRequest req;
     req.run = run;
-    auto lm = ltrain::train::loadTrainedModel(req, /*need_codec=*/true);
+    auto lm = ltrain::inference::loadTrainedModel(req, /*need_codec=*/true);
     lm.model->eval();
     auto ids = torch::randint(320, {2, 20}, torch::kLong);
     auto mine = lm.model->forward(ids).detach();

@@ -7,7 +7,7 @@
 #include "ltrain/config/schema.h"
 #include "ltrain/io/safetensors.h"
 #include "ltrain/optim/fused.h"
-#include "ltrain/train/optimizer.h"
+#include "ltrain/optim/optimizer.h"
 #include "support/process.h"
 #include "test_paths.h"
 
@@ -57,7 +57,7 @@ TEST_CASE("fused SGD, Adam and AdamW step as torch.optim's fused=True, skips inc
     cfg.name = name;
     cfg.lr = name == OptimizerName::kSgd ? 0.05 : 0.01;
     cfg.momentum = 0.9, cfg.nesterov = true, cfg.weight_decay = 0.01;
-    auto opt = ltrain::train::makeOptimizer(cfg, params);
+    auto opt = ltrain::optim::makeOptimizer(cfg, params);
     for (int step = 0; step < 5; ++step) {
       for (int i = 0; i < 2; ++i) params[i].mutable_grad() = grads[step][i].clone();
       ltrain::optim::setFoundInf(*opt, torch::full({1}, step == 2 ? 1.0 : 0.0));

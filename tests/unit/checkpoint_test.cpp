@@ -9,8 +9,8 @@
 #include "ltrain/common/errors.h"
 #include "ltrain/config/schema.h"
 #include "ltrain/models/model.h"
-#include "ltrain/train/checkpoint.h"
-#include "ltrain/train/optimizer.h"
+#include "ltrain/checkpoint/checkpoint.h"
+#include "ltrain/optim/optimizer.h"
 #include "support/process.h"
 
 using Catch::Matchers::Contains;
@@ -21,20 +21,20 @@ TEST_CASE("a checkpoint restores weights, optimizer state, position and the RNG 
   cfg.optimizer.name = ltrain::config::OptimizerName::kAdam;
   torch::manual_seed(1);
   auto m = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
-  auto opt = ltrain::train::makeOptimizer(cfg.optimizer, m->parameters());
+  auto opt = ltrain::optim::makeOptimizer(cfg.optimizer, m->parameters());
   torch::nn::functional::cross_entropy(m->forward(torch::randn({8, 1, 4, 4})),
                                        torch::randint(3, {8}))
       .backward();
   opt->step();
-  ltrain::train::LoopState st{7, 2, 5, 1234};
-  const auto path = ltrain::train::checkpointPath(dir.path(), st.step);
-  ltrain::train::saveCheckpoint(path, *m, *opt, st);
+  ltrain::checkpoint::LoopState st{7, 2, 5, 1234};
+  const auto path = ltrain::checkpoint::checkpointPath(dir.path(), st.step);
+  ltrain::checkpoint::saveCheckpoint(path, *m, *opt, st);
   auto next_random = torch::rand({4});  // what the RNG gives right after the save
 
   torch::manual_seed(99);
   auto m2 = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
-  auto opt2 = ltrain::train::makeOptimizer(cfg.optimizer, m2->parameters());
-  auto back = ltrain::train::loadCheckpoint(path, *m2, *opt2);
+  auto opt2 = ltrain::optim::makeOptimizer(cfg.optimizer, m2->parameters());
+  auto back = ltrain::checkpoint::loadCheckpoint(path, *m2, *opt2);
   CHECK(back.step == 7);
   CHECK(back.epoch == 2);
   CHECK(back.batch_in_epoch == 5);
@@ -55,21 +55,21 @@ TEST_CASE("a checkpoint restores weights, optimizer state, position and the RNG 
   opt->step();
   opt2->step();
   CHECK(torch::allclose(m->parameters()[0], m2->parameters()[0], 0, 0));
-  CHECK(ltrain::train::newestCheckpoint(dir.path()) == path);
+  CHECK(ltrain::checkpoint::newestCheckpoint(dir.path()) == path);
 }
 
 TEST_CASE("a corrupt checkpoint is a usage error naming the file and the damage") {
   ltrain::test::TempDir dir;
   auto cfg = ltrain::config::defaults();
   auto m = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
-  auto opt = ltrain::train::makeOptimizer(cfg.optimizer, m->parameters());
+  auto opt = ltrain::optim::makeOptimizer(cfg.optimizer, m->parameters());
   const std::string path = dir / "step-00000001.pt";
-  auto load = [&] { ltrain::train::loadCheckpoint(path, *m, *opt); };
+  auto load = [&] { ltrain::checkpoint::loadCheckpoint(path, *m, *opt); };
   ltrain::test::writeText(path, "not a checkpoint, but long enough");
   CHECK_THROWS_WITH(load(), Contains("step-00000001.pt' is unusable: not an ltrain checkpoint"));
   CHECK_THROWS_AS(load(), ltrain::UsageError);
 
-  ltrain::train::saveCheckpoint(path, *m, *opt, {1, 0, 0, 0});
+  ltrain::checkpoint::saveCheckpoint(path, *m, *opt, {1, 0, 0, 0});
   const std::string good = ltrain::test::readText(path);
   ltrain::test::writeText(path, good.substr(0, good.size() - 100));
   CHECK_THROWS_WITH(load(), Contains("is unusable: truncated"));
@@ -88,8 +88,8 @@ TEST_CASE("a full disk fails the save clearly and leaves the previous checkpoint
   ltrain::test::TempDir dir;
   auto cfg = ltrain::config::defaults();
   auto m = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
-  auto opt = ltrain::train::makeOptimizer(cfg.optimizer, m->parameters());
-  ltrain::train::saveCheckpoint(dir / "probe.pt", *m, *opt, {});
+  auto opt = ltrain::optim::makeOptimizer(cfg.optimizer, m->parameters());
+  ltrain::checkpoint::saveCheckpoint(dir / "probe.pt", *m, *opt, {});
   const auto pages = (std::filesystem::file_size(dir / "probe.pt") + 4095) / 4096;
   const std::string disk = dir / "disk";
   std::filesystem::create_directory(disk);
@@ -107,24 +107,24 @@ TEST_CASE("a full disk fails the save clearly and leaves the previous checkpoint
     }
   } unmount{disk};
   const std::string first = disk + "/step-00000001.pt";
-  ltrain::train::saveCheckpoint(first, *m, *opt, {1, 0, 0, 0});
-  CHECK_THROWS_WITH(ltrain::train::saveCheckpoint(disk + "/step-00000002.pt", *m, *opt, {2}),
+  ltrain::checkpoint::saveCheckpoint(first, *m, *opt, {1, 0, 0, 0});
+  CHECK_THROWS_WITH(ltrain::checkpoint::saveCheckpoint(disk + "/step-00000002.pt", *m, *opt, {2}),
                     Contains("cannot write checkpoint '" + disk + "/step-00000002.pt'") &&
                         Contains("No space left on device"));
   CHECK_FALSE(std::filesystem::exists(disk + "/step-00000002.pt"));
-  CHECK(ltrain::train::checkpointsNewestFirst(disk) == std::vector<std::string>{first});
-  CHECK(ltrain::train::loadCheckpoint(first, *m, *opt).step == 1);
+  CHECK(ltrain::checkpoint::checkpointsNewestFirst(disk) == std::vector<std::string>{first});
+  CHECK(ltrain::checkpoint::loadCheckpoint(first, *m, *opt).step == 1);
 }
 
 TEST_CASE("saving into an unwritable place fails clearly and leaves the previous file intact") {
   ltrain::test::TempDir dir;
   auto cfg = ltrain::config::defaults();
   auto m = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
-  auto opt = ltrain::train::makeOptimizer(cfg.optimizer, m->parameters());
-  CHECK_THROWS_WITH(ltrain::train::saveCheckpoint(dir / "no/such/dir/x.pt", *m, *opt, {}),
+  auto opt = ltrain::optim::makeOptimizer(cfg.optimizer, m->parameters());
+  CHECK_THROWS_WITH(ltrain::checkpoint::saveCheckpoint(dir / "no/such/dir/x.pt", *m, *opt, {}),
                     Contains("cannot write checkpoint"));
   const auto path = dir / "step-00000003.pt";
-  ltrain::train::saveCheckpoint(path, *m, *opt, {3, 0, 0, 0});
+  ltrain::checkpoint::saveCheckpoint(path, *m, *opt, {3, 0, 0, 0});
   const auto size = std::filesystem::file_size(path);
   std::filesystem::permissions(
       dir.path(), std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
@@ -133,7 +133,7 @@ TEST_CASE("saving into an unwritable place fails clearly and leaves the previous
     SUCCEED("running as a user who can write anywhere; the read-only half is not testable here");
     return;
   }
-  CHECK_THROWS(ltrain::train::saveCheckpoint(path, *m, *opt, {4, 0, 0, 0}));
+  CHECK_THROWS(ltrain::checkpoint::saveCheckpoint(path, *m, *opt, {4, 0, 0, 0}));
   std::filesystem::permissions(dir.path(), std::filesystem::perms::owner_all);
   CHECK(std::filesystem::file_size(path) == size);
 }
@@ -154,7 +154,7 @@ TEST_CASE("pruning sharded checkpoints deletes ltrain's files only, never the us
   ltrain::test::writeText(dir / "step-00000001.shards/index.json.tmp.77",
                           "x");  // a cut-short write
   ltrain::test::writeText(dir / "keep-me.txt", "mine");
-  ltrain::train::pruneCheckpoints(dir.path(), 1);
+  ltrain::checkpoint::pruneCheckpoints(dir.path(), 1);
   CHECK(fs::exists(dir / "step-00000003.shards/index.json"));
   CHECK_FALSE(fs::exists(dir / "step-00000002.shards"));  // all ltrain's: gone with its directory
   CHECK_FALSE(fs::exists(dir / "step-00000001.shards/index.json"));

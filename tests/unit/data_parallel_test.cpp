@@ -8,7 +8,7 @@
 
 #include "ltrain/config/schema.h"
 #include "ltrain/models/model.h"
-#include "ltrain/train/data_parallel.h"
+#include "ltrain/distributed/data_parallel.h"
 #include "ltrain/train/precision.h"
 
 namespace {
@@ -74,13 +74,13 @@ TEST_CASE(
   auto x = torch::randn({6, 1, 8, 8});
   {
     ltrain::train::AutocastScope autocast(ltrain::config::Precision::kBf16, torch::kCPU);
-    auto out = ltrain::train::dataParallelForward(model, x, two);
+    auto out = ltrain::distributed::dataParallelForward(model, x, two);
     // A replica in fp32 would make the concatenation fp32.
     CHECK(out.scalar_type() == torch::kBFloat16);
   }
   {
     torch::NoGradGuard no_grad;
-    auto out = ltrain::train::dataParallelForward(model, x, two);
+    auto out = ltrain::distributed::dataParallelForward(model, x, two);
     CHECK(!out.requires_grad());
   }
   model->train();
@@ -89,7 +89,7 @@ TEST_CASE(
     if (b.key().find("running_mean") != std::string::npos) running_mean = b.value();
   REQUIRE(running_mean.defined());
   const auto before = running_mean.clone();
-  auto out = ltrain::train::dataParallelForward(model, x, two);
+  auto out = ltrain::distributed::dataParallelForward(model, x, two);
   CHECK(out.requires_grad());
   CHECK(!torch::equal(running_mean, before));  // replica 0's statistics were copied back
 }

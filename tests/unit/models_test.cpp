@@ -5,7 +5,7 @@
 #include "ltrain/config/load.h"
 #include "ltrain/config/schema.h"
 #include "ltrain/models/model.h"
-#include "ltrain/train/optimizer.h"
+#include "ltrain/optim/optimizer.h"
 
 using Catch::Matchers::Contains;
 
@@ -55,7 +55,7 @@ TEST_CASE("an optimizer step changes the weights, for every optimizer") {
     torch::manual_seed(0);
     auto m = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
     cfg.optimizer.name = name;
-    auto opt = ltrain::train::makeOptimizer(cfg.optimizer, m->parameters());
+    auto opt = ltrain::optim::makeOptimizer(cfg.optimizer, m->parameters());
     auto before = m->parameters()[0].clone();
     auto loss = torch::nn::functional::cross_entropy(m->forward(torch::randn({8, 1, 4, 4})),
                                                      torch::randint(3, {8}, torch::kLong));
@@ -63,7 +63,7 @@ TEST_CASE("an optimizer step changes the weights, for every optimizer") {
     opt->step();
     INFO(ltrain::config::toString(name));
     CHECK(!torch::equal(before, m->parameters()[0]));
-    ltrain::train::setLearningRate(*opt, 0.123);
+    ltrain::optim::setLearningRate(*opt, 0.123);
     CHECK(opt->param_groups()[0].options().get_lr() == Approx(0.123));
   }
 }
@@ -75,7 +75,7 @@ TEST_CASE("optimizer.decay matrices decays weights of 2+ dimensions only, the de
   cfg.optimizer.decay = ltrain::config::Decay::kMatrices;
   cfg.model.hidden = {8};
   auto m = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
-  auto opt = ltrain::train::makeOptimizer(cfg.optimizer, m->parameters());
+  auto opt = ltrain::optim::makeOptimizer(cfg.optimizer, m->parameters());
   REQUIRE(opt->param_groups().size() == 2);
   auto wd = [&](size_t g) {
     return static_cast<torch::optim::AdamWOptions&>(opt->param_groups()[g].options())
@@ -86,7 +86,7 @@ TEST_CASE("optimizer.decay matrices decays weights of 2+ dimensions only, the de
   for (const auto& p : opt->param_groups()[0].params()) CHECK(p.dim() == 2);
   for (const auto& p : opt->param_groups()[1].params()) CHECK(p.dim() == 1);
   cfg.optimizer.decay = ltrain::config::Decay::kAll;
-  CHECK(ltrain::train::makeOptimizer(cfg.optimizer, m->parameters())->param_groups().size() == 1);
+  CHECK(ltrain::optim::makeOptimizer(cfg.optimizer, m->parameters())->param_groups().size() == 1);
   // The default depends on the model: matrices for gpt and llama, all for the others.
   auto lm =
       ltrain::config::loadConfigText("data: {dataset: text}\nmodel: {name: llama}\n", "t", {});
