@@ -27,10 +27,10 @@
 #include "ltrain/launch/launcher.h"
 #include "ltrain/sweep/sweep.h"
 
+#include "ltrain/data/loader_speed.h"
+#include "ltrain/inference/inference.h"
+#include "ltrain/inference/predict.h"
 #include "ltrain/train/evaluate.h"
-#include "ltrain/train/inference.h"
-#include "ltrain/train/loader_speed.h"
-#include "ltrain/train/predict.h"
 #include "ltrain/train/preflight.h"
 #include "ltrain/train/run_dir.h"
 #include "ltrain/train/trainer.h"
@@ -51,7 +51,7 @@ struct Args {
   std::string run_dir, tokenizer, hf_dir, prompt;  // generate, export
   ltrain::models::SamplingOptions sampling;
   ltrain::launch::LaunchOptions launch;
-  ltrain::train::PredictRequest predict;
+  ltrain::inference::PredictRequest predict;
   int64_t batches = 0;  // loader-speed
 };
 
@@ -150,7 +150,7 @@ int cmdPredict(Args& a) {
   spdlog::set_pattern("[%H:%M:%S] %v");
   auto& req = a.predict;
   req.config = a.config, req.overrides = a.overrides, req.checkpoint = a.checkpoint;
-  const auto s = ltrain::train::runPredict(req);
+  const auto s = ltrain::inference::runPredict(req);
   fmt::print(
       "{} predictions written to {}{}{}\n", s.rows, req.output,
       s.labelled ? fmt::format("; accuracy {:.4f} over the {} with a known class",
@@ -162,7 +162,7 @@ int cmdPredict(Args& a) {
 
 int cmdLoaderSpeed(const Args& a) {
   auto lc = ltrain::config::loadConfig(a.config, a.overrides);
-  const auto s = ltrain::train::measureLoader(lc, a.batches);
+  const auto s = ltrain::data::measureLoader(lc, a.batches);
   // One JSON line, for bench/image_loader.py and scripts.
   fmt::print(
       "{{\"batches\": {}, \"examples\": {}, \"seconds\": {:.4f}, \"examples_per_s\": {:.1f}}}\n",
@@ -187,7 +187,7 @@ int cmdConfig(const Args& a) {
   return 0;
 }
 
-ltrain::train::InferenceRequest inferenceRequest(const Args& a) {
+ltrain::inference::InferenceRequest inferenceRequest(const Args& a) {
   return {a.config, a.overrides, a.checkpoint, a.run_dir, a.tokenizer};
 }
 
@@ -393,11 +393,11 @@ int main(int argc, char** argv) {
     if (app.got_subcommand(predict)) return cmdPredict(a);
     if (app.got_subcommand(loader_speed)) return cmdLoaderSpeed(a);
     if (app.got_subcommand(generate)) {
-      ltrain::train::runGenerate(inferenceRequest(a), a.prompt, a.sampling);
+      ltrain::inference::runGenerate(inferenceRequest(a), a.prompt, a.sampling);
       return 0;
     }
     if (app.got_subcommand(export_cmd)) {
-      ltrain::train::runExport(inferenceRequest(a), a.hf_dir);
+      ltrain::inference::runExport(inferenceRequest(a), a.hf_dir);
       return 0;
     }
     return cmdConfig(a);

@@ -4,10 +4,10 @@
 #include <torch/torch.h>
 
 #include "fuzz_file.h"
+#include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/config/schema.h"
 #include "ltrain/models/model.h"
-#include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/optim/optimizer.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

@@ -6,9 +6,9 @@
 
 #include <chrono>
 
+#include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/config/schema.h"
 #include "ltrain/models/model.h"
-#include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/optim/optimizer.h"
 #include "support/process.h"
 #include "support/results.h"

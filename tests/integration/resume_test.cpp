@@ -5,9 +5,9 @@
 #include <yaml-cpp/yaml.h>
 #include <catch2/catch.hpp>
 
+#include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/config/schema.h"
 #include "ltrain/models/model.h"
-#include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/optim/optimizer.h"
 #include "support/process.h"
 #include "support/run_files.h"

@@ -11,11 +11,11 @@
 
 #include "ltrain/common/errors.h"
 #include "ltrain/config/load.h"
+#include "ltrain/inference/inference.h"
 #include "ltrain/io/json.h"
 #include "ltrain/io/safetensors.h"
 #include "ltrain/models/hf_checkpoint.h"
 #include "ltrain/models/model.h"
-#include "ltrain/inference/inference.h"
 #include "support/process.h"
 #include "test_paths.h"
 

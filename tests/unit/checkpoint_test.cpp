@@ -6,10 +6,10 @@
 
 #include <filesystem>
 
+#include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/config/schema.h"
 #include "ltrain/models/model.h"
-#include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/optim/optimizer.h"
 #include "support/process.h"
 

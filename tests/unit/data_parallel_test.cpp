@@ -7,8 +7,8 @@
 #include <catch2/catch.hpp>
 
 #include "ltrain/config/schema.h"
-#include "ltrain/models/model.h"
 #include "ltrain/distributed/data_parallel.h"
+#include "ltrain/models/model.h"
 #include "ltrain/train/precision.h"
 
 namespace {

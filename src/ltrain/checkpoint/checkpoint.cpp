@@ -1,4 +1,4 @@
-#include "ltrain/train/checkpoint.h"
+#include "ltrain/checkpoint/checkpoint.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -7,13 +7,13 @@
 #include <filesystem>
 #include <regex>
 
+#include "ltrain/checkpoint/sharded_checkpoint.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/io/checksummed_file.h"
 #include "ltrain/io/files.h"
 #include "ltrain/optim/fused.h"
-#include "ltrain/train/sharded_checkpoint.h"
 
-namespace ltrain::train {
+namespace ltrain::checkpoint {
 namespace {
 
 constexpr std::string_view kMagic("LTCKPT1\n", 8);
@@ -267,4 +267,4 @@ LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
   return s;
 }
 
-}  // namespace ltrain::train
+}  // namespace ltrain::checkpoint

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace ltrain::train {
+namespace ltrain::checkpoint {
 
 struct LoopState {
   int64_t step = 0;            // optimizer steps done
@@ -46,4 +46,4 @@ std::vector<std::string> checkpointsNewestFirst(const std::string& dir);
 // Deletes all but the newest `keep` checkpoints in `dir` (keep 0: delete none).
 void pruneCheckpoints(const std::string& dir, int64_t keep);
 
-}  // namespace ltrain::train
+}  // namespace ltrain::checkpoint

@@ -1,15 +1,15 @@
-#include "ltrain/train/checkpointing.h"
+#include "ltrain/checkpoint/checkpointing.h"
 
 #include <exception>
 #include <map>
 #include <memory>
 #include <string>
 
+#include "ltrain/checkpoint/sharded_checkpoint.h"
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/io/safetensors.h"
-#include "ltrain/train/sharded_checkpoint.h"
 
-namespace ltrain::train {
+namespace ltrain::checkpoint {
 
 // model.safetensors of a dist.zero 3 run, written on the main rank as the units come, one at a
 // time: the whole model is never in one place. A failed write does not leave the gathers early
@@ -82,4 +82,4 @@ void Checkpointer::save(models::Classifier& model, distributed::GradientSync& sy
   });
 }
 
-}  // namespace ltrain::train
+}  // namespace ltrain::checkpoint

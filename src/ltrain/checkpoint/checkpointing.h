@@ -7,11 +7,11 @@
 
 #include <string>
 
+#include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/distributed/gradient_sync.h"
 #include "ltrain/models/model.h"
-#include "ltrain/train/checkpoint.h"
 
-namespace ltrain::train {
+namespace ltrain::checkpoint {
 
 class Checkpointer {
  public:
@@ -37,4 +37,4 @@ class Checkpointer {
   distributed::ProcessGroup* sharded_pg_;
 };
 
-}  // namespace ltrain::train
+}  // namespace ltrain::checkpoint

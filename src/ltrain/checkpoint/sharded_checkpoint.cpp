@@ -1,4 +1,4 @@
-#include "ltrain/train/sharded_checkpoint.h"
+#include "ltrain/checkpoint/sharded_checkpoint.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -15,7 +15,7 @@
 #include "ltrain/io/json.h"
 #include "ltrain/io/safetensors.h"
 
-namespace ltrain::train {
+namespace ltrain::checkpoint {
 namespace fs = std::filesystem;
 namespace {
 
@@ -190,4 +190,4 @@ LoopState loadShardedCheckpoint(const std::string& path, torch::nn::Module& mode
   return loop;
 }
 
-}  // namespace ltrain::train
+}  // namespace ltrain::checkpoint

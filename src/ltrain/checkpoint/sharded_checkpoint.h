@@ -18,14 +18,14 @@
 #include <string>
 #include <vector>
 
+#include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/distributed/gradient_sync.h"
-#include "ltrain/train/checkpoint.h"
 
 namespace ltrain::distributed {
 class ProcessGroup;
 }
 
-namespace ltrain::train {
+namespace ltrain::checkpoint {
 
 // The format's name in index.json, and rank r's file of a world of w.
 extern const char* const kShardedCheckpointFormat;
@@ -50,4 +50,4 @@ void saveShardedCheckpoint(const std::string& path,
 LoopState loadShardedCheckpoint(const std::string& path, torch::nn::Module& model,
                                 torch::optim::Optimizer* opt, torch::Device device);
 
-}  // namespace ltrain::train
+}  // namespace ltrain::checkpoint

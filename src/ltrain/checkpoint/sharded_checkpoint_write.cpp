@@ -4,13 +4,13 @@
 
 #include <filesystem>
 
+#include "ltrain/checkpoint/sharded_checkpoint.h"
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
 #include "ltrain/io/safetensors.h"
-#include "ltrain/train/sharded_checkpoint.h"
 
-namespace ltrain::train {
+namespace ltrain::checkpoint {
 namespace fs = std::filesystem;
 namespace {
 
@@ -134,4 +134,4 @@ void saveShardedCheckpoint(const std::string& path,
   agree(pg, path, error);
 }
 
-}  // namespace ltrain::train
+}  // namespace ltrain::checkpoint

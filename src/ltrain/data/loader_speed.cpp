@@ -1,4 +1,4 @@
-#include "ltrain/train/loader_speed.h"
+#include "ltrain/data/loader_speed.h"
 
 #include <torch/torch.h>
 
@@ -9,7 +9,7 @@
 #include "ltrain/data/distributed_sampler.h"
 #include "ltrain/data/loader.h"
 
-namespace ltrain::train {
+namespace ltrain::data {
 
 LoaderSpeed measureLoader(const config::LoadedConfig& lc, int64_t max_batches) {
   const auto& cfg = lc.cfg;
@@ -41,4 +41,4 @@ LoaderSpeed measureLoader(const config::LoadedConfig& lc, int64_t max_batches) {
   return s;
 }
 
-}  // namespace ltrain::train
+}  // namespace ltrain::data

@@ -6,7 +6,7 @@
 
 #include "ltrain/config/load.h"
 
-namespace ltrain::train {
+namespace ltrain::data {
 
 struct LoaderSpeed {
   int64_t batches = 0, examples = 0;
@@ -19,4 +19,4 @@ struct LoaderSpeed {
 // `max_batches` 0: the whole epoch (at least two batches are timed).
 LoaderSpeed measureLoader(const config::LoadedConfig& lc, int64_t max_batches);
 
-}  // namespace ltrain::train
+}  // namespace ltrain::data

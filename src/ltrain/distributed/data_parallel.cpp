@@ -1,4 +1,4 @@
-#include "ltrain/train/data_parallel.h"
+#include "ltrain/distributed/data_parallel.h"
 
 #include <ATen/ThreadLocalState.h>
 #include <c10/core/DeviceGuard.h>
@@ -9,7 +9,7 @@
 #include <optional>
 #include <thread>
 
-namespace ltrain::train {
+namespace ltrain::distributed {
 
 torch::Tensor dataParallelForward(models::Classifier& model, const torch::Tensor& x,
                                   const std::vector<torch::Device>& devices) {
@@ -48,4 +48,4 @@ torch::Tensor dataParallelForward(models::Classifier& model, const torch::Tensor
   return torch::cat(outputs, 0);
 }
 
-}  // namespace ltrain::train
+}  // namespace ltrain::distributed

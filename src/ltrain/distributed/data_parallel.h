@@ -14,9 +14,9 @@
 
 #include "ltrain/models/model.h"
 
-namespace ltrain::train {
+namespace ltrain::distributed {
 
 torch::Tensor dataParallelForward(models::Classifier& model, const torch::Tensor& x,
                                   const std::vector<torch::Device>& devices);
 
-}  // namespace ltrain::train
+}  // namespace ltrain::distributed

@@ -1,4 +1,4 @@
-#include "ltrain/train/inference.h"
+#include "ltrain/inference/inference.h"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -6,19 +6,25 @@
 #include <chrono>
 #include <filesystem>
 
+#include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/config/hf_config.h"
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
 #include "ltrain/io/safetensors.h"
 #include "ltrain/models/hf_checkpoint.h"
-#include "ltrain/train/checkpoint.h"
 #include "ltrain/train/devices.h"
 #include "ltrain/train/precision.h"
 
 namespace fs = std::filesystem;
 
-namespace ltrain::train {
+namespace ltrain::inference {
+using checkpoint::loadCheckpointModel;
+using checkpoint::newestCheckpoint;
+using train::AutocastScope;
+using train::bindDevice;
+using train::chooseDevices;
+using train::Devices;
 namespace {
 
 bool isSafetensors(const std::string& p) {
@@ -183,4 +189,4 @@ void runExport(const InferenceRequest& req, const std::string& hf_dir) {
              lm.weights.empty() ? cfg.model.init_from : lm.weights, hf_dir);
 }
 
-}  // namespace ltrain::train
+}  // namespace ltrain::inference

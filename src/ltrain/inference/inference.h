@@ -10,7 +10,7 @@
 #include "ltrain/models/generate.h"
 #include "ltrain/models/model.h"
 
-namespace ltrain::train {
+namespace ltrain::inference {
 
 struct InferenceRequest {
   std::string config;  // the YAML; empty: <run>/config.yaml
@@ -39,4 +39,4 @@ void runGenerate(const InferenceRequest& req, const std::string& prompt,
 // ltrain export --hf DIR.
 void runExport(const InferenceRequest& req, const std::string& hf_dir);
 
-}  // namespace ltrain::train
+}  // namespace ltrain::inference

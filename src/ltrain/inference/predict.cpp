@@ -1,4 +1,4 @@
-#include "ltrain/train/predict.h"
+#include "ltrain/inference/predict.h"
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -17,8 +17,10 @@
 #include "ltrain/train/evaluate.h"
 #include "ltrain/train/precision.h"
 
-namespace ltrain::train {
+namespace ltrain::inference {
 namespace fs = std::filesystem;
+using train::AutocastScope;
+using train::loadTrainedClassifier;
 namespace {
 
 // What is predicted: the examples (image files, or table rows already standardised) and what is
@@ -156,7 +158,7 @@ PredictSummary runPredict(const PredictRequest& req) {
   int64_t row = 0;
   while (loader.next(b)) {
     AutocastScope autocast(cfg.train.precision, t.devices.main.type());
-    auto logits = forward(t.model, b.inputs.to(t.devices.main), t.devices).to(torch::kFloat);
+    auto logits = train::forward(t.model, b.inputs.to(t.devices.main), t.devices).to(torch::kFloat);
     auto [p, idx] = torch::softmax(logits, -1).topk(k, -1);
     p = p.cpu(), idx = idx.cpu();
     const auto pa = p.accessor<float, 2>();
@@ -183,4 +185,4 @@ PredictSummary runPredict(const PredictRequest& req) {
   return sum;
 }
 
-}  // namespace ltrain::train
+}  // namespace ltrain::inference

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace ltrain::train {
+namespace ltrain::inference {
 
 struct PredictRequest {
   std::string config;
@@ -28,4 +28,4 @@ struct PredictSummary {
 // there is none. UsageError naming the input, checkpoint or output for what cannot work.
 PredictSummary runPredict(const PredictRequest& req);
 
-}  // namespace ltrain::train
+}  // namespace ltrain::inference

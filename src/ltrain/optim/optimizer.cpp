@@ -1,10 +1,10 @@
-#include "ltrain/train/optimizer.h"
+#include "ltrain/optim/optimizer.h"
 
 #include <torch/torch.h>
 
 #include "ltrain/optim/fused.h"
 
-namespace ltrain::train {
+namespace ltrain::optim {
 namespace {
 
 // optimizer.decay matrices as nanoGPT's parameter groups: weights of 2 or more dimensions decay,
@@ -69,4 +69,4 @@ void setLearningRate(torch::optim::Optimizer& opt, double lr) {
   for (auto& group : opt.param_groups()) group.options().set_lr(lr);
 }
 
-}  // namespace ltrain::train
+}  // namespace ltrain::optim

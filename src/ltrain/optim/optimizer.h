@@ -8,7 +8,7 @@
 
 #include "ltrain/config/experiment_config.h"
 
-namespace ltrain::train {
+namespace ltrain::optim {
 
 // optimizer.decay matrices: the parameters of 2 or more dimensions decay, the others not (two
 // parameter groups); or, given `decay_masks` (one per parameter, ZeRO's flat slices), the
@@ -18,4 +18,4 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const config::OptimizerCo
                                                        std::vector<torch::Tensor> decay_masks = {});
 void setLearningRate(torch::optim::Optimizer& opt, double lr);
 
-}  // namespace ltrain::train
+}  // namespace ltrain::optim

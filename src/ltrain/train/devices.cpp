@@ -8,7 +8,7 @@
 
 #include "ltrain/common/errors.h"
 #include "ltrain/cuda/plugin.h"
-#include "ltrain/train/data_parallel.h"
+#include "ltrain/distributed/data_parallel.h"
 
 namespace ltrain::train {
 namespace {
@@ -75,7 +75,7 @@ void placeModel(models::Classifier& model, const config::ModelConfig& m, const D
 }
 
 torch::Tensor forward(models::Classifier& model, const torch::Tensor& x, const Devices& d) {
-  if (d.replicas.size() > 1) return dataParallelForward(model, x, d.replicas);
+  if (d.replicas.size() > 1) return distributed::dataParallelForward(model, x, d.replicas);
   return model->forward(x);
 }
 

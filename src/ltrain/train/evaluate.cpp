@@ -7,10 +7,10 @@
 #include <filesystem>
 #include <numeric>
 
+#include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/data/loader.h"
 #include "ltrain/io/safetensors.h"
-#include "ltrain/train/checkpoint.h"
 #include "ltrain/train/loss.h"
 #include "ltrain/train/precision.h"
 
@@ -95,7 +95,8 @@ TrainedClassifier loadTrainedClassifier(const config::LoadedConfig& lc,
   if (safetensors)
     io::loadModuleState(*t.model, weights);
   else
-    loadCheckpointModel(weights, *t.model);  // read onto the CPU, whatever device saved it
+    checkpoint::loadCheckpointModel(weights,
+                                    *t.model);  // read onto the CPU, whatever device saved it
   t.devices = chooseDevices(cfg, distributed::Runtime{});
   bindDevice(t.devices.main);
   placeModel(t.model, cfg.model, t.devices);

@@ -4,12 +4,12 @@
 
 #include <filesystem>
 
+#include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/config/emit.h"
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
 #include "ltrain/io/owned_dir.h"
-#include "ltrain/train/checkpoint.h"
 
 namespace fs = std::filesystem;
 
@@ -35,7 +35,7 @@ RunDir prepareRunDir(const config::LoadedConfig& lc, const std::string& output_d
   io::checkOwnable(rd.path, io::DirKind::kRun);
 
   const std::string status = runStatus(rd.path);
-  const auto newest = newestCheckpoint(rd.checkpoints());
+  const auto newest = checkpoint::newestCheckpoint(rd.checkpoints());
   const bool explicit_ckpt = cfg.train.resume != "auto" && cfg.train.resume != "never";
 
   // A file, or the directory of a dist.zero 3 checkpoint (step-N.shards).
@@ -63,7 +63,7 @@ RunDir prepareRunDir(const config::LoadedConfig& lc, const std::string& output_d
                     rd.path));
   } else if (newest && cfg.train.resume == "auto") {
     rd.resume_from = *newest;
-    auto all = checkpointsNewestFirst(rd.checkpoints());
+    auto all = checkpoint::checkpointsNewestFirst(rd.checkpoints());
     rd.fallbacks.assign(all.begin() + 1, all.end());
   }
   if (explicit_ckpt) rd.resume_from = cfg.train.resume;

@@ -14,14 +14,14 @@ constexpr const char* kRankZeroFailed =
     "failed: ";  // a prefix no path starts with
 
 // The first of the run's candidate checkpoints that loads, newest first.
-std::optional<LoopState> loadNewestReadable(RunDir& run, torch::nn::Module& model,
-                                            torch::optim::Optimizer& whole, torch::Device device,
-                                            Reporter& reporter) {
+std::optional<checkpoint::LoopState> loadNewestReadable(RunDir& run, torch::nn::Module& model,
+                                                        torch::optim::Optimizer& whole,
+                                                        torch::Device device, Reporter& reporter) {
   std::vector<std::string> candidates{*run.resume_from};
   candidates.insert(candidates.end(), run.fallbacks.begin(), run.fallbacks.end());
   for (size_t i = 0; i < candidates.size(); ++i) {
     try {
-      LoopState s = loadCheckpoint(candidates[i], model, whole, device);
+      checkpoint::LoopState s = checkpoint::loadCheckpoint(candidates[i], model, whole, device);
       run.resume_from = candidates[i];
       return s;
     } catch (const UsageError& e) {
@@ -57,11 +57,10 @@ RunDir agreeOnRunDir(const config::LoadedConfig& lc, const TrainRequest& req,
   return run;
 }
 
-std::optional<LoopState> resumeIfAny(RunDir& run, torch::nn::Module& model,
-                                     torch::optim::Optimizer& whole, torch::Device device,
-                                     const distributed::Runtime& rt, distributed::ProcessGroup* pg,
-                                     Reporter& reporter) {
-  std::optional<LoopState> state;
+std::optional<checkpoint::LoopState> resumeIfAny(
+    RunDir& run, torch::nn::Module& model, torch::optim::Optimizer& whole, torch::Device device,
+    const distributed::Runtime& rt, distributed::ProcessGroup* pg, Reporter& reporter) {
+  std::optional<checkpoint::LoopState> state;
   if (rt.isMain() && run.resume_from) {
     try {
       state = loadNewestReadable(run, model, whole, device, reporter);
@@ -76,7 +75,7 @@ std::optional<LoopState> resumeIfAny(RunDir& run, torch::nn::Module& model,
       throw UsageError("rank 0 could not resume: " + chosen.substr(std::strlen(kRankZeroFailed)));
     if (!rt.isMain() && !chosen.empty()) {
       run.resume_from = chosen;
-      state = loadCheckpoint(chosen, model, whole, device);
+      state = checkpoint::loadCheckpoint(chosen, model, whole, device);
     }
   }
   return state;

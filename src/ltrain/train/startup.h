@@ -8,9 +8,9 @@
 
 #include <optional>
 
+#include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/config/load.h"
 #include "ltrain/distributed/process_group.h"
-#include "ltrain/train/checkpoint.h"
 #include "ltrain/train/reporter.h"
 #include "ltrain/train/run_dir.h"
 
@@ -27,9 +27,10 @@ RunDir agreeOnRunDir(const config::LoadedConfig& lc, const TrainRequest& req,
 
 // Loads the chosen checkpoint into `model` and `whole` (an optimizer over the whole model), on
 // the CPU; `device` is the run's device, whose RNG state is restored too. nullopt: a fresh start.
-std::optional<LoopState> resumeIfAny(RunDir& run, torch::nn::Module& model,
-                                     torch::optim::Optimizer& whole, torch::Device device,
-                                     const distributed::Runtime& rt, distributed::ProcessGroup* pg,
-                                     Reporter& reporter);
+std::optional<checkpoint::LoopState> resumeIfAny(RunDir& run, torch::nn::Module& model,
+                                                 torch::optim::Optimizer& whole,
+                                                 torch::Device device,
+                                                 const distributed::Runtime& rt,
+                                                 distributed::ProcessGroup* pg, Reporter& reporter);
 
 }  // namespace ltrain::train

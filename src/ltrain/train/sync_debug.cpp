@@ -20,7 +20,9 @@ int askedLevel() {
 }
 }  // namespace
 
-bool NoHostSyncScope::requested() { return askedLevel() > 0 && cuda::plugin(); }
+bool NoHostSyncScope::requested() {
+  return askedLevel() > 0 && cuda::plugin();
+}
 
 NoHostSyncScope::NoHostSyncScope(bool active) {
   if (!active || !requested()) return;

@@ -17,6 +17,7 @@
 #include <set>
 #include <sstream>
 
+#include "ltrain/checkpoint/checkpointing.h"
 #include "ltrain/common/error_report.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/common/memory.h"
@@ -30,13 +31,12 @@
 #include "ltrain/io/safetensors.h"
 #include "ltrain/models/hf_checkpoint.h"
 #include "ltrain/models/layer_graph.h"
-#include "ltrain/train/checkpointing.h"
+#include "ltrain/optim/optimizer.h"
 #include "ltrain/train/evaluate.h"
 #include "ltrain/train/faults.h"
 #include "ltrain/train/grad_scaler.h"
 #include "ltrain/train/loss_tally.h"
 #include "ltrain/train/mfu.h"
-#include "ltrain/train/optimizer.h"
 #include "ltrain/train/preflight.h"
 #include "ltrain/train/reporter.h"
 #include "ltrain/train/schedule.h"
@@ -100,11 +100,11 @@ class Trainer {
                                // earlier ones plus those dealt out anew)
   std::shared_ptr<distributed::ProcessGroup> pg_;
   RunDir run_;
-  LoopState state_;
+  checkpoint::LoopState state_;
   std::unique_ptr<distributed::GradientSync> sync_;
   GradScaler scaler_{cfg_.train.precision == config::Precision::kFp16};
   std::unique_ptr<TrainStep> step_;
-  std::unique_ptr<Checkpointer> checkpointer_;
+  std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
   StopVote vote_;
   int stop_signal_ = 0;
   std::unique_ptr<LossTally> tally_;
@@ -194,7 +194,7 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
     });
   StopSignal::checkpoint("while preparing the run directory");
   auto make_optimizer = [this](std::vector<torch::Tensor> p, std::vector<torch::Tensor> masks) {
-    return makeOptimizer(cfg_.optimizer, std::move(p), std::move(masks));
+    return optim::makeOptimizer(cfg_.optimizer, std::move(p), std::move(masks));
   };
   auto whole = make_optimizer(model_->parameters(), {});  // what a checkpoint's state loads into
   const auto resumed = resumeIfAny(run_, *model_, *whole, devices_.main, rt_, pg_.get(), reporter_);
@@ -221,9 +221,9 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   if (resumed) sync_->loadWholeOptimizer(*whole);
   step_ = std::make_unique<TrainStep>(cfg_, model_, devices_, *sync_, scaler_, faults_);
   const bool sharded = cfg_.dist.zero == 3 && pg_;  // as makeGradientSync shards
-  checkpointer_ =
-      std::make_unique<Checkpointer>(run_.path, cfg_.train.keep_checkpoints, rt_.isMain(),
-                                     devices_.main, sharded ? pg_.get() : nullptr);
+  checkpointer_ = std::make_unique<checkpoint::Checkpointer>(run_.path, cfg_.train.keep_checkpoints,
+                                                             rt_.isMain(), devices_.main,
+                                                             sharded ? pg_.get() : nullptr);
   scaler_.to(devices_.main);
   tally_ = std::make_unique<LossTally>(devices_.main, state_.epoch_loss_sum,
                                        state_.epoch_loss_count, state_.skipped_steps);
