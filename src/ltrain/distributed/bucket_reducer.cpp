@@ -204,7 +204,7 @@ void BucketReducer::broadcastCoalesced(const std::vector<torch::Tensor>& tensors
     std::vector<torch::Tensor> flat;
     for (auto& t : ts) flat.push_back(t.detach().reshape(-1));
     std::vector<at::Tensor> io{torch::cat(flat)};
-    pg_.wait(pg_.backend()->broadcast(io));
+    pg_.wait(pg_.broadcast(io));
     int64_t off = 0;
     for (auto& t : ts) {
       t.detach().copy_(io[0].narrow(0, off, t.numel()).view_as(t));
@@ -284,7 +284,7 @@ void BucketReducer::launchReady() {
         b.buffer.narrow(0, extras_offset_ + static_cast<int64_t>(i), 1).fill_(values[i]);
     }
     if (scatters()) {
-      b.work = pg_.backend()->_reduce_scatter_base(b.shard, b.buffer);
+      b.work = pg_.reduceScatterInto(b.shard, b.buffer);
     } else {
       std::vector<at::Tensor> io{b.buffer};
       b.work = pg_.allreduce(io);

@@ -214,6 +214,25 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce(std::vector<at::Tensor>& 
   return backend_->allreduce(io);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroup::broadcast(std::vector<at::Tensor>& io) {
+  return backend_->broadcast(io);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::allgatherInto(at::Tensor& out, at::Tensor& in) {
+  return backend_->_allgather_base(out, in);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::reduceScatterInto(at::Tensor& out, at::Tensor& in) {
+  return backend_->_reduce_scatter_base(out, in);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::gatherToRankZero(
+    std::vector<std::vector<at::Tensor>>& out, std::vector<at::Tensor>& in) {
+  c10d::GatherOptions opts;
+  opts.rootRank = 0;
+  return backend_->gather(out, in, opts);
+}
+
 std::vector<double> ProcessGroup::allreduceSum(const std::vector<double>& values) {
   auto t = torch::tensor(values, torch::kDouble).to(device_);
   std::vector<at::Tensor> ts{t};

@@ -31,6 +31,7 @@ class ProcessGroup {
   std::shared_ptr<ProcessGroup> subgroup(const std::string& name, c10::Device device) const;
 
   const Runtime& runtime() const { return rt_; }
+  // The backend itself: for tests that compare a collective with the backend's own.
   c10::intrusive_ptr<c10d::Backend> backend() const { return backend_; }
   c10::intrusive_ptr<c10d::Store> store() const { return store_; }
   c10::Device device() const { return device_; }
@@ -51,6 +52,16 @@ class ProcessGroup {
   // Sum all-reduce of `io` in place, started now: through shared memory where every rank is on
   // this host (dist.shm_allreduce) and the tensors allow, else through the backend.
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& io);
+  // The other collectives every strategy uses, started now on the backend; wait() them. Here so
+  // that one object owns every collective of the job (and can time, trace or reroute them).
+  c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& io);  // rank 0's to all
+  // `out` (world x in's numel) gets every rank's `in`, in rank order.
+  c10::intrusive_ptr<c10d::Work> allgatherInto(at::Tensor& out, at::Tensor& in);
+  // `out` (in's numel / world) gets this rank's slice of the sum of every rank's `in`.
+  c10::intrusive_ptr<c10d::Work> reduceScatterInto(at::Tensor& out, at::Tensor& in);
+  // Rank 0's out[0] (world tensors shaped as `in`) gets every rank's in[0]; out empty elsewhere.
+  c10::intrusive_ptr<c10d::Work> gatherToRankZero(std::vector<std::vector<at::Tensor>>& out,
+                                                  std::vector<at::Tensor>& in);
   // Whether all-reduces go through shared memory (for the start-up line and the tests).
   bool sharedMemory() const { return shm_ != nullptr; }
   // Sum of `values` over all ranks (small reductions: losses, counts).

@@ -130,7 +130,7 @@ void ShardedParameters::gather(size_t i, bool wait) {
     allocateStorage(u.full);
     peak_gathered_ = std::max(peak_gathered_, gatheredBytes());
     auto in = u.shard.detach();
-    u.gathering = pg_.backend()->_allgather_base(u.full, in);
+    u.gathering = pg_.allgatherInto(u.full, in);
   }
   if (wait && u.gathering) {
     pg_.wait(u.gathering);

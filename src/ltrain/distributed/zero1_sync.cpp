@@ -310,7 +310,7 @@ void Zero1Sync::allGatherParameters() {
       in = torch::cat({in, extra});
     }
     gathered.push_back(torch::empty({world_ * in.numel()}, in.options()));
-    works.push_back(pg_.backend()->_allgather_base(gathered.back(), in));
+    works.push_back(pg_.allgatherInto(gathered.back(), in));
   }
   for (size_t b = 0; b < shards_.size(); ++b) {
     pg_.wait(works[b]);
@@ -341,9 +341,7 @@ void Zero1Sync::gatherStateInto(torch::optim::Optimizer& whole) {
         out.emplace_back();
         for (int64_t r = 0; r < world_; ++r) out[0].push_back(torch::empty_like(in[0]));
       }
-      c10d::GatherOptions opts;
-      opts.rootRank = 0;
-      pg_.wait(pg_.backend()->gather(out, in, opts));
+      pg_.wait(pg_.gatherToRankZero(out, in));
       if (rank_ == 0) joined.push_back(torch::cat(out[0]).to(torch::kCPU));
     }
     if (rank_ != 0) continue;
