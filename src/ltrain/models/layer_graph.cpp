@@ -218,245 +218,327 @@ class Builder {
   }
 
  private:
-  Built layer(const config::LayerSpec& spec, const Shape& in, const std::string& path, int depth,
-              std::vector<LayerRow>& rows, bool last) {
-    Args a(spec, path);
-    const std::string& t = spec.type;
-    auto need = [&](size_t dims, const char* what) {
+  // What one layer kind's builder sees: its place in the graph and the input it is given.
+  struct Ctx {
+    const config::LayerSpec& spec;
+    const Shape& in;
+    std::string path;
+    int depth;
+    std::vector<LayerRow>& rows;
+    bool last;  // the network's last layer
+    void need(const Args& a, size_t dims, const char* what) const {
       if (in.size() != dims)
         a.fail(fmt::format("expects {} per example, but its input is {}", what, shapeText(in)));
-    };
-    auto checkIn = [&](const std::string& key, int64_t inferred, const char* what) {
+    }
+    // An `in`-like argument the user may give: it must be what the input has.
+    void checkIn(Args& a, const std::string& key, int64_t inferred, const char* what) const {
       if (a.has(key)) {
         const int64_t given = a.integer(key, std::nullopt, 1);
         if (given != inferred)
           a.fail(fmt::format("input has {} {} per example, but {}: {} was given", inferred, what,
                              key, given));
       }
-    };
-    const auto& known = layerTypes();
-    if (std::find(known.begin(), known.end(), t) == known.end())
-      a.fail(fmt::format("unknown layer{}", suggestion(t)));
-    if (!spec.children.empty() && t != "residual" && t != "sequential")
-      a.fail("takes arguments, not a list of layers");
-    if (t == "linear") {
-      a.lone("out");
-      if (in.empty()) a.fail("has no input features");
-      const int64_t features = in.back();
-      checkIn("in", features, "features");
-      // out: classes is the data's class count (a language model's vocabulary).
-      bool to_classes = false;
-      for (const auto& [key, v] : spec.args)
-        if ((key == "out" || key.empty()) && v == "classes") to_classes = true;
-      const int64_t out = to_classes ? (a.text("out", "classes", {"classes"}), classesOr(1))
-                                     : a.integer("out", std::nullopt, 1);
-      const bool bias = a.flag("bias", true);
-      a.finish({"out", "in", "bias"});
-      Shape s = in;
-      s.back() = out;
-      return {torch::nn::AnyModule(
-                  torch::nn::Linear(torch::nn::LinearOptions(features, out).bias(bias))),
-              s};
     }
-    if (t == "conv1d" || t == "conv2d") {
-      const size_t k = t == "conv1d" ? 1 : 2;
-      need(k + 1, k == 1 ? "[C, L]" : "[C, H, W]");
-      a.lone("out");
-      checkIn("in", in[0], "channels");
-      const int64_t out = a.integer("out", std::nullopt, 1);
-      const auto kernel = a.sizes("kernel", k, std::nullopt);
-      const auto stride = a.sizes("stride", k, 1);
-      const auto dilation = a.sizes("dilation", k, 1);
-      const int64_t groups = a.integer("groups", 1, 1);
-      const bool bias = a.flag("bias", true);
-      // padding: an integer, [h, w], or same (the output keeps the input's size).
-      bool same = false;
-      for (const auto& [key, v] : spec.args)
-        if (key == "padding" && v == "same") same = true;
-      std::vector<int64_t> padding(k, 0);
-      if (same)
-        a.text("padding", "same", {"same"});
-      else
-        padding = a.sizes("padding", k, 0, 0);
-      a.finish({"out", "kernel", "stride", "padding", "dilation", "groups", "bias", "in"});
-      if (in[0] % groups != 0 || out % groups != 0)
-        a.fail(fmt::format("groups {} must divide its {} input and {} output channels", groups,
-                           in[0], out));
-      if (same && *std::max_element(stride.begin(), stride.end()) > 1)
-        a.fail("padding same needs stride 1");
-      Shape s{out};
-      for (size_t d = 0; d < k; ++d) {
-        const int64_t size =
-            same ? in[d + 1]
-                 : (in[d + 1] + 2 * padding[d] - dilation[d] * (kernel[d] - 1) - 1) / stride[d] + 1;
-        if (size < 1)
-          a.fail(fmt::format("a kernel of {} does not fit an input of {}", shapeText(kernel),
-                             shapeText(in)));
-        s.push_back(size);
-      }
-      if (k == 1) {
-        auto o = torch::nn::Conv1dOptions(in[0], out, kernel[0])
-                     .stride(stride[0])
-                     .dilation(dilation[0])
-                     .groups(groups)
-                     .bias(bias);
-        if (same)
-          o.padding(torch::kSame);
-        else
-          o.padding(padding[0]);
-        return {torch::nn::AnyModule(torch::nn::Conv1d(o)), s};
-      }
-      auto o = torch::nn::Conv2dOptions(in[0], out, {kernel[0], kernel[1]})
-                   .stride({stride[0], stride[1]})
-                   .dilation({dilation[0], dilation[1]})
+  };
+  using Make = Built (Builder::*)(Args&, const Ctx&);
+
+ public:
+  // Every layer kind and its builder, in the order the reference lists them: a new kind is one
+  // function and one row here.
+  static const std::vector<std::pair<std::string, Make>>& kinds() {
+    static const std::vector<std::pair<std::string, Make>> table{
+        {"linear", &Builder::linear},
+        {"conv1d", &Builder::convolution},
+        {"conv2d", &Builder::convolution},
+        {"batch_norm1d", &Builder::batchNorm},
+        {"batch_norm2d", &Builder::batchNorm},
+        {"layer_norm", &Builder::layerNorm},
+        {"rms_norm", &Builder::layerNorm},
+        {"group_norm", &Builder::groupNorm},
+        {"dropout", &Builder::dropout},
+        {"relu", &Builder::activation},
+        {"gelu", &Builder::gelu},
+        {"silu", &Builder::activation},
+        {"tanh", &Builder::activation},
+        {"sigmoid", &Builder::activation},
+        {"softmax", &Builder::softmax},
+        {"max_pool2d", &Builder::pooling},
+        {"avg_pool2d", &Builder::pooling},
+        {"adaptive_avg_pool2d", &Builder::adaptivePool},
+        {"flatten", &Builder::flatten},
+        {"embedding", &Builder::embedding},
+        {"residual", &Builder::residual},
+        {"sequential", &Builder::sequential},
+    };
+    return table;
+  }
+
+ private:
+  Built layer(const config::LayerSpec& spec, const Shape& in, const std::string& path, int depth,
+              std::vector<LayerRow>& rows, bool last) {
+    Args a(spec, path);
+    const auto& table = kinds();
+    const auto kind = std::find_if(table.begin(), table.end(),
+                                   [&](const auto& k) { return k.first == spec.type; });
+    if (kind == table.end()) a.fail(fmt::format("unknown layer{}", suggestion(spec.type)));
+    if (!spec.children.empty() && spec.type != "residual" && spec.type != "sequential")
+      a.fail("takes arguments, not a list of layers");
+    return (this->*kind->second)(a, Ctx{spec, in, path, depth, rows, last});
+  }
+
+  Built linear(Args& a, const Ctx& c) {
+    const Shape& in = c.in;
+    const config::LayerSpec& spec = c.spec;
+    a.lone("out");
+    if (in.empty()) a.fail("has no input features");
+    const int64_t features = in.back();
+    c.checkIn(a, "in", features, "features");
+    // out: classes is the data's class count (a language model's vocabulary).
+    bool to_classes = false;
+    for (const auto& [key, v] : spec.args)
+      if ((key == "out" || key.empty()) && v == "classes") to_classes = true;
+    const int64_t out = to_classes ? (a.text("out", "classes", {"classes"}), classesOr(1))
+                                   : a.integer("out", std::nullopt, 1);
+    const bool bias = a.flag("bias", true);
+    a.finish({"out", "in", "bias"});
+    Shape s = in;
+    s.back() = out;
+    return {
+        torch::nn::AnyModule(torch::nn::Linear(torch::nn::LinearOptions(features, out).bias(bias))),
+        s};
+  }
+
+  Built convolution(Args& a, const Ctx& c) {
+    const Shape& in = c.in;
+    const std::string& t = c.spec.type;
+    const config::LayerSpec& spec = c.spec;
+    const size_t k = t == "conv1d" ? 1 : 2;
+    c.need(a, k + 1, k == 1 ? "[C, L]" : "[C, H, W]");
+    a.lone("out");
+    c.checkIn(a, "in", in[0], "channels");
+    const int64_t out = a.integer("out", std::nullopt, 1);
+    const auto kernel = a.sizes("kernel", k, std::nullopt);
+    const auto stride = a.sizes("stride", k, 1);
+    const auto dilation = a.sizes("dilation", k, 1);
+    const int64_t groups = a.integer("groups", 1, 1);
+    const bool bias = a.flag("bias", true);
+    // padding: an integer, [h, w], or same (the output keeps the input's size).
+    bool same = false;
+    for (const auto& [key, v] : spec.args)
+      if (key == "padding" && v == "same") same = true;
+    std::vector<int64_t> padding(k, 0);
+    if (same)
+      a.text("padding", "same", {"same"});
+    else
+      padding = a.sizes("padding", k, 0, 0);
+    a.finish({"out", "kernel", "stride", "padding", "dilation", "groups", "bias", "in"});
+    if (in[0] % groups != 0 || out % groups != 0)
+      a.fail(fmt::format("groups {} must divide its {} input and {} output channels", groups, in[0],
+                         out));
+    if (same && *std::max_element(stride.begin(), stride.end()) > 1)
+      a.fail("padding same needs stride 1");
+    Shape s{out};
+    for (size_t d = 0; d < k; ++d) {
+      const int64_t size =
+          same ? in[d + 1]
+               : (in[d + 1] + 2 * padding[d] - dilation[d] * (kernel[d] - 1) - 1) / stride[d] + 1;
+      if (size < 1)
+        a.fail(fmt::format("a kernel of {} does not fit an input of {}", shapeText(kernel),
+                           shapeText(in)));
+      s.push_back(size);
+    }
+    if (k == 1) {
+      auto o = torch::nn::Conv1dOptions(in[0], out, kernel[0])
+                   .stride(stride[0])
+                   .dilation(dilation[0])
                    .groups(groups)
                    .bias(bias);
       if (same)
         o.padding(torch::kSame);
       else
-        o.padding({padding[0], padding[1]});
-      return {torch::nn::AnyModule(torch::nn::Conv2d(o)), s};
+        o.padding(padding[0]);
+      return {torch::nn::AnyModule(torch::nn::Conv1d(o)), s};
     }
-    if (t == "batch_norm1d" || t == "batch_norm2d") {
-      if (t == "batch_norm2d")
-        need(3, "[C, H, W]");
-      else if (in.size() != 1 && in.size() != 2)
-        a.fail(
-            fmt::format("expects [C] or [C, L] per example, but its input is {}", shapeText(in)));
-      const double eps = a.number("eps", 1e-5, 0, 1), momentum = a.number("momentum", 0.1, 0, 1);
-      a.finish({"eps", "momentum"});
-      if (t == "batch_norm1d")
-        return {torch::nn::AnyModule(torch::nn::BatchNorm1d(
-                    torch::nn::BatchNormOptions(in[0]).eps(eps).momentum(momentum))),
-                in};
-      return {torch::nn::AnyModule(torch::nn::BatchNorm2d(
+    auto o = torch::nn::Conv2dOptions(in[0], out, {kernel[0], kernel[1]})
+                 .stride({stride[0], stride[1]})
+                 .dilation({dilation[0], dilation[1]})
+                 .groups(groups)
+                 .bias(bias);
+    if (same)
+      o.padding(torch::kSame);
+    else
+      o.padding({padding[0], padding[1]});
+    return {torch::nn::AnyModule(torch::nn::Conv2d(o)), s};
+  }
+
+  Built batchNorm(Args& a, const Ctx& c) {
+    const Shape& in = c.in;
+    const std::string& t = c.spec.type;
+    if (t == "batch_norm2d")
+      c.need(a, 3, "[C, H, W]");
+    else if (in.size() != 1 && in.size() != 2)
+      a.fail(fmt::format("expects [C] or [C, L] per example, but its input is {}", shapeText(in)));
+    const double eps = a.number("eps", 1e-5, 0, 1), momentum = a.number("momentum", 0.1, 0, 1);
+    a.finish({"eps", "momentum"});
+    if (t == "batch_norm1d")
+      return {torch::nn::AnyModule(torch::nn::BatchNorm1d(
                   torch::nn::BatchNormOptions(in[0]).eps(eps).momentum(momentum))),
               in};
+    return {torch::nn::AnyModule(torch::nn::BatchNorm2d(
+                torch::nn::BatchNormOptions(in[0]).eps(eps).momentum(momentum))),
+            in};
+  }
+
+  Built layerNorm(Args& a, const Ctx& c) {
+    const Shape& in = c.in;
+    const std::string& t = c.spec.type;
+    if (in.empty()) a.fail("has no input");
+    const double eps = a.number("eps", t == "layer_norm" ? 1e-5 : 1e-6, 0, 1);
+    const bool affine = t == "layer_norm" ? a.flag("elementwise_affine", true) : true;
+    a.finish(t == "layer_norm" ? std::vector<std::string>{"eps", "elementwise_affine"}
+                               : std::vector<std::string>{"eps"});
+    if (t == "rms_norm") return {torch::nn::AnyModule(RmsNorm(in.back(), eps)), in};
+    return {torch::nn::AnyModule(torch::nn::LayerNorm(
+                torch::nn::LayerNormOptions({in.back()}).eps(eps).elementwise_affine(affine))),
+            in};
+  }
+
+  Built groupNorm(Args& a, const Ctx& c) {
+    const Shape& in = c.in;
+    if (in.empty()) a.fail("has no input");
+    a.lone("groups");
+    const int64_t groups = a.integer("groups", std::nullopt, 1);
+    const double eps = a.number("eps", 1e-5, 0, 1);
+    a.finish({"groups", "eps"});
+    if (in[0] % groups != 0)
+      a.fail(fmt::format("groups {} must divide its {} channels", groups, in[0]));
+    return {torch::nn::AnyModule(
+                torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, in[0]).eps(eps))),
+            in};
+  }
+
+  Built dropout(Args& a, const Ctx& c) {
+    const Shape& in = c.in;
+    a.lone("p");
+    const double p = a.number("p", 0.5, 0, 0.99);
+    a.finish({"p"});
+    return {torch::nn::AnyModule(torch::nn::Dropout(p)), in};
+  }
+
+  Built activation(Args& a, const Ctx& c) {
+    const Shape& in = c.in;
+    const std::string& t = c.spec.type;
+    a.finish({});
+    if (t == "relu") return {torch::nn::AnyModule(torch::nn::ReLU()), in};
+    if (t == "silu") return {torch::nn::AnyModule(torch::nn::SiLU()), in};
+    if (t == "tanh") return {torch::nn::AnyModule(torch::nn::Tanh()), in};
+    return {torch::nn::AnyModule(torch::nn::Sigmoid()), in};
+  }
+
+  Built gelu(Args& a, const Ctx& c) {
+    const Shape& in = c.in;
+    const std::string approx = a.text("approximate", "none", {"none", "tanh"});
+    a.finish({"approximate"});
+    return {torch::nn::AnyModule(torch::nn::GELU(torch::nn::GELUOptions().approximate(approx))),
+            in};
+  }
+
+  Built softmax(Args& a, const Ctx& c) {
+    const Shape& in = c.in;
+    const int64_t dim = a.integer("dim", -1, -8);
+    a.finish({"dim"});
+    // Last, it is left to the loss (cross-entropy takes logits); predictions apply it.
+    if (c.last) return {torch::nn::AnyModule(torch::nn::Identity()), in};
+    return {torch::nn::AnyModule(torch::nn::Softmax(dim)), in};
+  }
+
+  Built pooling(Args& a, const Ctx& c) {
+    const Shape& in = c.in;
+    const std::string& t = c.spec.type;
+    c.need(a, 3, "[C, H, W]");
+    a.lone("kernel");
+    const auto kernel = a.sizes("kernel", 2, std::nullopt);
+    const auto st = a.has("stride") ? a.sizes("stride", 2, 1) : kernel;  // PyTorch's default
+    const auto padding = a.sizes("padding", 2, 0, 0);
+    a.finish({"kernel", "stride", "padding"});
+    Shape s{in[0]};
+    for (size_t d = 0; d < 2; ++d) {
+      const int64_t size = (in[d + 1] + 2 * padding[d] - kernel[d]) / st[d] + 1;
+      if (size < 1)
+        a.fail(fmt::format("a window of {} does not fit an input of {}", shapeText(kernel),
+                           shapeText(in)));
+      s.push_back(size);
     }
-    if (t == "layer_norm" || t == "rms_norm") {
-      if (in.empty()) a.fail("has no input");
-      const double eps = a.number("eps", t == "layer_norm" ? 1e-5 : 1e-6, 0, 1);
-      const bool affine = t == "layer_norm" ? a.flag("elementwise_affine", true) : true;
-      a.finish(t == "layer_norm" ? std::vector<std::string>{"eps", "elementwise_affine"}
-                                 : std::vector<std::string>{"eps"});
-      if (t == "rms_norm") return {torch::nn::AnyModule(RmsNorm(in.back(), eps)), in};
-      return {torch::nn::AnyModule(torch::nn::LayerNorm(
-                  torch::nn::LayerNormOptions({in.back()}).eps(eps).elementwise_affine(affine))),
-              in};
-    }
-    if (t == "group_norm") {
-      if (in.empty()) a.fail("has no input");
-      a.lone("groups");
-      const int64_t groups = a.integer("groups", std::nullopt, 1);
-      const double eps = a.number("eps", 1e-5, 0, 1);
-      a.finish({"groups", "eps"});
-      if (in[0] % groups != 0)
-        a.fail(fmt::format("groups {} must divide its {} channels", groups, in[0]));
+    if (t == "max_pool2d")
       return {torch::nn::AnyModule(
-                  torch::nn::GroupNorm(torch::nn::GroupNormOptions(groups, in[0]).eps(eps))),
-              in};
-    }
-    if (t == "dropout") {
-      a.lone("p");
-      const double p = a.number("p", 0.5, 0, 0.99);
-      a.finish({"p"});
-      return {torch::nn::AnyModule(torch::nn::Dropout(p)), in};
-    }
-    if (t == "relu" || t == "silu" || t == "tanh" || t == "sigmoid") {
-      a.finish({});
-      if (t == "relu") return {torch::nn::AnyModule(torch::nn::ReLU()), in};
-      if (t == "silu") return {torch::nn::AnyModule(torch::nn::SiLU()), in};
-      if (t == "tanh") return {torch::nn::AnyModule(torch::nn::Tanh()), in};
-      return {torch::nn::AnyModule(torch::nn::Sigmoid()), in};
-    }
-    if (t == "gelu") {
-      const std::string approx = a.text("approximate", "none", {"none", "tanh"});
-      a.finish({"approximate"});
-      return {torch::nn::AnyModule(torch::nn::GELU(torch::nn::GELUOptions().approximate(approx))),
-              in};
-    }
-    if (t == "softmax") {
-      const int64_t dim = a.integer("dim", -1, -8);
-      a.finish({"dim"});
-      // Last, it is left to the loss (cross-entropy takes logits); predictions apply it.
-      if (last) return {torch::nn::AnyModule(torch::nn::Identity()), in};
-      return {torch::nn::AnyModule(torch::nn::Softmax(dim)), in};
-    }
-    if (t == "max_pool2d" || t == "avg_pool2d") {
-      need(3, "[C, H, W]");
-      a.lone("kernel");
-      const auto kernel = a.sizes("kernel", 2, std::nullopt);
-      const auto st = a.has("stride") ? a.sizes("stride", 2, 1) : kernel;  // PyTorch's default
-      const auto padding = a.sizes("padding", 2, 0, 0);
-      a.finish({"kernel", "stride", "padding"});
-      Shape s{in[0]};
-      for (size_t d = 0; d < 2; ++d) {
-        const int64_t size = (in[d + 1] + 2 * padding[d] - kernel[d]) / st[d] + 1;
-        if (size < 1)
-          a.fail(fmt::format("a window of {} does not fit an input of {}", shapeText(kernel),
-                             shapeText(in)));
-        s.push_back(size);
-      }
-      if (t == "max_pool2d")
-        return {torch::nn::AnyModule(
-                    torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions({kernel[0], kernel[1]})
-                                             .stride({st[0], st[1]})
-                                             .padding({padding[0], padding[1]}))),
-                s};
-      return {torch::nn::AnyModule(
-                  torch::nn::AvgPool2d(torch::nn::AvgPool2dOptions({kernel[0], kernel[1]})
+                  torch::nn::MaxPool2d(torch::nn::MaxPool2dOptions({kernel[0], kernel[1]})
                                            .stride({st[0], st[1]})
                                            .padding({padding[0], padding[1]}))),
               s};
+    return {torch::nn::AnyModule(
+                torch::nn::AvgPool2d(torch::nn::AvgPool2dOptions({kernel[0], kernel[1]})
+                                         .stride({st[0], st[1]})
+                                         .padding({padding[0], padding[1]}))),
+            s};
+  }
+
+  Built adaptivePool(Args& a, const Ctx& c) {
+    const Shape& in = c.in;
+    c.need(a, 3, "[C, H, W]");
+    a.lone("out");
+    const auto out = a.sizes("out", 2, 1);
+    a.finish({"out"});
+    return {torch::nn::AnyModule(torch::nn::AdaptiveAvgPool2d(
+                torch::nn::AdaptiveAvgPool2dOptions({out[0], out[1]}))),
+            {in[0], out[0], out[1]}};
+  }
+
+  Built flatten(Args& a, const Ctx& c) {
+    const Shape& in = c.in;
+    a.finish({});
+    const int64_t n = std::accumulate(in.begin(), in.end(), int64_t{1}, std::multiplies<>());
+    return {torch::nn::AnyModule(torch::nn::Flatten()), {n}};
+  }
+
+  Built embedding(Args& a, const Ctx& c) {
+    const Shape& in = c.in;
+    if (!tokens_) a.fail("embeds token ids, and the data gives no tokens");
+    a.lone("dim");
+    const int64_t dim = a.integer("dim", std::nullopt, 1);
+    const int64_t num = a.integer("num", classesOr(1), 1);
+    a.finish({"dim", "num"});
+    Shape s = in;
+    s.push_back(dim);
+    return {torch::nn::AnyModule(torch::nn::Embedding(num, dim)), s};
+  }
+
+  Built sequential(Args& a, const Ctx& c) {
+    const Shape& in = c.in;
+    const config::LayerSpec& spec = c.spec;
+    a.finish({});
+    Shape s = in;
+    auto parts = list(spec.children, s, c.path, c.depth + 1, c.rows, false);
+    return {torch::nn::AnyModule(Chain(std::move(parts), false, torch::nn::AnyModule())), s};
+  }
+
+  Built residual(Args& a, const Ctx& c) {
+    const Shape& in = c.in;
+    const config::LayerSpec& spec = c.spec;
+    const bool project = a.flag("projection", false);
+    a.finish({"layers", "projection"});
+    if (spec.children.empty()) a.fail("needs its layers: residual: [conv2d: {...}, relu]");
+    Shape s = in;
+    auto parts = list(spec.children, s, c.path, c.depth + 1, c.rows, false);
+    torch::nn::AnyModule proj;
+    if (s != in) {
+      if (!project)
+        a.fail(
+            fmt::format("its layers turn {} into {}, and x + f(x) needs the same shape: add "
+                        "projection: true, or keep the shape",
+                        shapeText(in), shapeText(s)));
+      proj = projection(a, in, s);
     }
-    if (t == "adaptive_avg_pool2d") {
-      need(3, "[C, H, W]");
-      a.lone("out");
-      const auto out = a.sizes("out", 2, 1);
-      a.finish({"out"});
-      return {torch::nn::AnyModule(torch::nn::AdaptiveAvgPool2d(
-                  torch::nn::AdaptiveAvgPool2dOptions({out[0], out[1]}))),
-              {in[0], out[0], out[1]}};
-    }
-    if (t == "flatten") {
-      a.finish({});
-      const int64_t n = std::accumulate(in.begin(), in.end(), int64_t{1}, std::multiplies<>());
-      return {torch::nn::AnyModule(torch::nn::Flatten()), {n}};
-    }
-    if (t == "embedding") {
-      if (!tokens_) a.fail("embeds token ids, and the data gives no tokens");
-      a.lone("dim");
-      const int64_t dim = a.integer("dim", std::nullopt, 1);
-      const int64_t num = a.integer("num", classesOr(1), 1);
-      a.finish({"dim", "num"});
-      Shape s = in;
-      s.push_back(dim);
-      return {torch::nn::AnyModule(torch::nn::Embedding(num, dim)), s};
-    }
-    if (t == "sequential") {
-      a.finish({});
-      Shape s = in;
-      auto parts = list(spec.children, s, path, depth + 1, rows, false);
-      return {torch::nn::AnyModule(Chain(std::move(parts), false, torch::nn::AnyModule())), s};
-    }
-    if (t == "residual") {
-      const bool project = a.flag("projection", false);
-      a.finish({"layers", "projection"});
-      if (spec.children.empty()) a.fail("needs its layers: residual: [conv2d: {...}, relu]");
-      Shape s = in;
-      auto parts = list(spec.children, s, path, depth + 1, rows, false);
-      torch::nn::AnyModule proj;
-      if (s != in) {
-        if (!project)
-          a.fail(
-              fmt::format("its layers turn {} into {}, and x + f(x) needs the same shape: add "
-                          "projection: true, or keep the shape",
-                          shapeText(in), shapeText(s)));
-        proj = projection(a, in, s);
-      }
-      return {torch::nn::AnyModule(Chain(std::move(parts), true, std::move(proj))), s};
-    }
-    a.fail(fmt::format("unknown layer{}", suggestion(t)));
+    return {torch::nn::AnyModule(Chain(std::move(parts), true, std::move(proj))), s};
   }
 
   // The shortcut where f changes the shape: a 1x1 convolution (its stride the size ratio) for
@@ -507,11 +589,11 @@ class Builder {
 }  // namespace
 
 const std::vector<std::string>& layerTypes() {
-  static const std::vector<std::string> types{
-      "linear",   "conv1d",     "conv2d",   "batch_norm1d", "batch_norm2d", "layer_norm",
-      "rms_norm", "group_norm", "dropout",  "relu",         "gelu",         "silu",
-      "tanh",     "sigmoid",    "softmax",  "max_pool2d",   "avg_pool2d",   "adaptive_avg_pool2d",
-      "flatten",  "embedding",  "residual", "sequential"};
+  static const std::vector<std::string> types = [] {
+    std::vector<std::string> names;
+    for (const auto& k : Builder::kinds()) names.push_back(k.first);
+    return names;
+  }();
   return types;
 }
 
