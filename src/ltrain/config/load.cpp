@@ -11,6 +11,7 @@
 
 #include "ltrain/common/errors.h"
 #include "ltrain/config/hf_config.h"
+#include "ltrain/config/model_families.h"
 #include "ltrain/config/schema.h"
 #include "ltrain/config/validate.h"
 
@@ -219,7 +220,7 @@ void checkOptions(const LoadedConfig& lc, const std::map<std::string, bool>& exp
 // a value the user wrote can be refused). Language models decay matrices only (nanoGPT's
 // parameter groups, as most LLM recipes), the others every parameter (torch.optim's default).
 void derivedDefaults(LoadedConfig& lc) {
-  const bool lm = lc.cfg.model.name == "gpt" || lc.cfg.model.name == "llama";
+  const bool lm = modelFamily(lc.cfg.model.name).language_model;
   if (lm && !lc.explicitly_set.count("optimizer.decay")) {
     lc.cfg.optimizer.decay = Decay::kMatrices;
     lc.sources["optimizer.decay"] = fmt::format("default (model {})", lc.cfg.model.name);

@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/config/model_families.h"
 
 namespace ltrain::config {
 namespace {
@@ -376,7 +377,11 @@ std::vector<Option> buildSchema() {
              "positions, SwiGLU, grouped-query attention); layers (a network written in "
              "model.layers); torchscript (a PyTorch module saved with TorchScript, model.path)",
              S("mlp"))
-          .oneOf({"mlp", "cnn", "resnet", "gpt", "llama", "layers", "torchscript"}),
+          .oneOf([] {
+            std::vector<std::string> names;
+            for (const auto& f : modelFamilies()) names.push_back(f.name);
+            return names;
+          }()),
       LT_OPT(model.init_from,
              "Initial weights: a .safetensors file with the model's parameter names, or a Hugging "
              "Face model directory (config.json + model.safetensors, or sharded) whose "

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/config/model_families.h"
 
 namespace ltrain::config {
 
@@ -27,9 +28,10 @@ std::string setOne(const LoadedConfig& lc, const std::string& a, const std::stri
 void modelAgainstData(const LoadedConfig& lc) {
   const ExperimentConfig& c = lc.cfg;
   const DataKind kind = dataKind(c.data.dataset);
-  const bool language_model = c.model.name == "gpt" || c.model.name == "llama";
+  const ModelFamily& family = modelFamily(c.model.name);
+  const bool language_model = family.language_model;
   // Networks of the user's own (layers, torchscript) take whatever their layers take.
-  const bool own = c.model.name == "layers" || c.model.name == "torchscript";
+  const bool own = family.users_own;
   if (kind == DataKind::kTokens && !language_model && !own)
     refuse(lc, setOne(lc, "model.name", "data.dataset"),
            fmt::format("data.dataset {} needs model.name: gpt or llama (or a network of your own: "
@@ -40,7 +42,7 @@ void modelAgainstData(const LoadedConfig& lc) {
            fmt::format("model.name {} needs token sequences (data.dataset: text or tokens), "
                        "got data.dataset '{}'",
                        c.model.name, c.data.dataset));
-  if ((c.model.name == "cnn" || c.model.name == "resnet") && kind == DataKind::kFeatures)
+  if (family.needs_images && kind == DataKind::kFeatures)
     refuse(lc, setOne(lc, "model.name", "data.dataset"),
            fmt::format("model {}: expected inputs [C, H, W] (images), got feature vectors [F] "
                        "from data.dataset {}",
@@ -92,7 +94,7 @@ void modelAgainstData(const LoadedConfig& lc) {
 
 void modelShape(const LoadedConfig& lc) {
   const ModelConfig& m = lc.cfg.model;
-  if ((m.name == "gpt" || m.name == "llama") && m.n_embd % m.n_head != 0)
+  if (modelFamily(m.name).language_model && m.n_embd % m.n_head != 0)
     refuse(lc, setOne(lc, "model.n_head", "model.n_embd"),
            fmt::format("model.n_embd ({}) must be a multiple of model.n_head ({})", m.n_embd,
                        m.n_head));
@@ -131,7 +133,7 @@ void activationCheckpointing(const LoadedConfig& lc) {
            fmt::format("train.activation_checkpointing is '{}', expected none, blocks or every:N "
                        "(N a whole number from 1)",
                        v));
-  if (c.model.name != "gpt" && c.model.name != "llama" && c.model.name != "resnet")
+  if (!modelFamily(c.model.name).repeated_blocks)
     refuse(lc, setOne(lc, "train.activation_checkpointing", "model.name"),
            fmt::format("train.activation_checkpointing recomputes repeated blocks: model.name "
                        "gpt, llama or resnet, not {}",

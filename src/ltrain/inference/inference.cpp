@@ -9,6 +9,7 @@
 #include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/config/hf_config.h"
+#include "ltrain/config/model_families.h"
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
 #include "ltrain/io/safetensors.h"
@@ -81,7 +82,7 @@ LoadedModel loadTrainedModel(const InferenceRequest& req, bool need_codec) {
   lm.lc =
       config::loadConfig(req.config.empty() ? req.run + "/config.yaml" : req.config, req.overrides);
   const auto& cfg = lm.lc.cfg;
-  if (cfg.model.name != "gpt" && cfg.model.name != "llama")
+  if (!config::modelFamily(cfg.model.name).language_model)
     throw UsageError(
         fmt::format("{}model.name is '{}': generation and export need a language "
                     "model (gpt or llama)",

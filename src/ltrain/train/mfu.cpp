@@ -3,12 +3,13 @@
 #include <utility>
 #include <vector>
 
+#include "ltrain/config/model_families.h"
 #include "ltrain/cuda/plugin.h"
 
 namespace ltrain::train {
 
 double flopsPerToken(const config::ModelConfig& m, int64_t params, int64_t vocab) {
-  if (m.name != "gpt" && m.name != "llama") return 0;
+  if (!config::modelFamily(m.name).language_model) return 0;
   // Tables that are only looked up do no multiplications: gpt's positions, and the token
   // embedding unless the head multiplies by it (tied).
   int64_t n = params;

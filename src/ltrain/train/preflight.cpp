@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/config/model_families.h"
 #include "ltrain/config/validate.h"
 #include "ltrain/data/dataset.h"
 #include "ltrain/models/layer_graph.h"
@@ -51,7 +52,7 @@ std::string layerWhere(const config::LoadedConfig& lc, int line) {
 void preflight(const config::LoadedConfig& lc) {
   const auto& cfg = lc.cfg;
   const bool pipeline = cfg.model.placement == config::Placement::kPipeline;
-  const bool own_model = cfg.model.name == "layers" || cfg.model.name == "torchscript";
+  const bool own_model = config::modelFamily(cfg.model.name).users_own;
   if (!pipeline && !own_model) return;
   const auto shape = describeData(cfg);
   if (!shape) return;  // the data will say, at the start of training
