@@ -1,0 +1,242 @@
+#include "ltrain/train/trainer.h"
+#include "ltrain/train/trainer_parts.h"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <map>
+#include <memory>
+#include <optional>
+
+#include "ltrain/checkpoint/checkpointing.h"
+#include "ltrain/common/error_report.h"
+#include "ltrain/common/errors.h"
+#include "ltrain/common/memory.h"
+#include "ltrain/common/stop_signal.h"
+#include "ltrain/data/distributed_sampler.h"
+#include "ltrain/data/loader.h"
+#include "ltrain/distributed/gradient_sync.h"
+#include "ltrain/distributed/process_group.h"
+#include "ltrain/train/evaluate.h"
+#include "ltrain/train/faults.h"
+#include "ltrain/train/grad_scaler.h"
+#include "ltrain/train/loss_tally.h"
+#include "ltrain/train/mfu.h"
+#include "ltrain/train/reporter.h"
+#include "ltrain/train/step.h"
+#include "ltrain/train/stop_vote.h"
+#include "ltrain/train/sync_debug.h"
+
+namespace ltrain::train {
+
+void Trainer::logWindow(Window& w, double lr) {
+  const double secs = secondsSince(w.start);
+  stopOnDeferredNonFinite();
+  readTally();
+  double loss = tally_->takeWindowMean();
+  const bool skip_bad = cfg_.data.on_bad_image == config::BadImage::kSkip && splits_.train.source;
+  double skipped = 0;
+  if (skip_bad) {
+    const int64_t draws = splits_.train.source->skippedDraws();
+    skipped = static_cast<double>(draws - skipped_draws_seen_);
+    skipped_draws_seen_ = draws;
+  }
+  if (pg_) {
+    const auto sums = pg_->allreduceSum({loss, skipped});
+    loss = sums[0] / rt_.world_size;  // the mean over ranks
+    skipped = sums[1];
+  }
+  last_window_loss_ = loss;
+  TrainReport r;
+  r.grad_norm = sync_->gradNorm();  // collective where gradients are sharded
+  r.step = state_.step, r.epoch = state_.epoch, r.epochs = cfg_.train.epochs;
+  r.total_steps = total_steps_;
+  r.loss = loss, r.lr = lr;
+  r.samples_per_s = secs > 0 ? w.samples / secs : 0;
+  r.data_wait_ms_per_step = 1000.0 * w.data_wait_s / w.steps;
+  r.data_wait_share = secs > 0 ? w.data_wait_s / secs : 0.0;
+  r.skipped_steps = state_.skipped_steps;
+  if (skip_bad) r.skipped_images = static_cast<int64_t>(skipped);
+  r.tokens_per_sample = splits_.train.tokens ? cfg_.model.block_size : 1;
+  if (flops_per_token_ > 0 && peak_flops_ > 0)
+    r.mfu =
+        flops_per_token_ * r.samples_per_s * static_cast<double>(r.tokens_per_sample) / peak_flops_;
+  if (scaler_.enabled()) r.loss_scale = scaler_.scale();
+  if (pg_) {
+    r.collectives_per_step = static_cast<double>(w.collectives) / w.steps;
+    r.comm_wait_ms_per_step = 1000.0 * w.comm_wait_s / w.steps;
+  }
+  reporter_.train(r);
+  w = Window{};
+}
+
+void Trainer::evaluateAndLog() {
+  distributed::PhaseScope phase(pg_.get(), distributed::Phase::kEvaluate);
+  last_eval_ = evaluate(model_, splits_.test, cfg_.data.eval_batch_size, cfg_.train.precision,
+                        devices_, pg_.get());
+  last_eval_step_ = state_.step;
+  reporter_.evaluation({state_.step, state_.epoch, heldOutName(splits_.test), last_eval_.loss,
+                        last_eval_.accuracy, splits_.test.tokens});
+}
+
+void Trainer::checkpoint() {
+  distributed::PhaseScope phase(pg_.get(), distributed::Phase::kCheckpoint);
+  last_ckpt_step_ = state_.step;
+  state_.loss_scale = scaler_.enabled() ? scaler_.scale() : 0;
+  state_.scale_growth_tracker = scaler_.growthTracker();
+  stopOnDeferredNonFinite();
+  readTally();
+  checkpointer_->save(model_, *sync_, state_);
+}
+
+// The device's sums into the loop state (a synchronisation on a GPU: log, checkpoint, summary).
+void Trainer::readTally() {
+  if (!tally_) return;
+  state_.epoch_loss_sum = tally_->epochSum();
+  state_.epoch_loss_count = tally_->epochCount();
+  state_.skipped_steps = tally_->skipped();
+}
+
+// train.nonfinite stop on a GPU: the step with inf/nan gradients was skipped on the device, and
+// the run stops at the next report naming it.
+void Trainer::stopOnDeferredNonFinite() {
+  if (window_positions_.empty()) return;
+  const auto positions = std::move(window_positions_);
+  window_positions_.clear();
+  if (scaler_.enabled() || cfg_.train.nonfinite != config::NonFinite::kStop) return;
+  const int64_t bad = tally_->firstSkippedStep();
+  if (bad < 0) return;
+  const auto it = positions.find(bad);
+  throw std::runtime_error(fmt::format(
+      "gradients are not finite at step {}{} on rank {} (skipped on the device, noticed at step "
+      "{}); train.nonfinite=skip would skip such steps",
+      bad,
+      it == positions.end() ? ""
+                            : fmt::format(" (epoch {}, batch {} of the epoch)",
+                                          it->second.epoch + 1, it->second.batch_in_epoch),
+      rt_.rank, state_.step));
+}
+
+double Trainer::epochLossMean() {
+  try {
+    readTally();
+  } catch (const std::exception&) {
+    // A broken device: summary.json keeps the sums as of the last report.
+  }
+  return state_.epoch_loss_count ? state_.epoch_loss_sum / state_.epoch_loss_count : 0.0;
+}
+
+Summary Trainer::finish(double wall_s, double samples_per_s) {
+  Summary s;
+  s.status = "completed";
+  s.test_accuracy = last_eval_.accuracy;
+  s.test_loss = last_eval_.loss;
+  s.train_loss = epochLossMean();
+  s.steps = state_.step;
+  s.epochs = state_.epoch;
+  s.wall_s = wall_s;
+  s.samples_per_s = samples_per_s;
+  s.world_size = rt_.world_size;
+  s.run_dir = run_.path;
+  s.language_model = splits_.test.tokens;
+  // The worst rank's peak memory and optimizer state (a sum of one-hot vectors stands in for a
+  // max-reduction): ZeRO's point is that the state shrinks.
+  const auto w = static_cast<std::ptrdiff_t>(rt_.world_size);
+  constexpr double kMiB = 1024.0 * 1024.0;
+  std::vector<double> per_rank(6 * rt_.world_size, 0.0);
+  per_rank[rt_.rank] = peakRssMb();
+  per_rank[w + rt_.rank] = static_cast<double>(sync_->optimizerStateBytes()) / kMiB;
+  if (devices_.main.is_cuda()) per_rank[2 * w + rt_.rank] = peakCudaMemoryMb(devices_.main.index());
+  per_rank[3 * w + rt_.rank] = static_cast<double>(sync_->gradientBytes()) / kMiB;
+  per_rank[4 * w + rt_.rank] = static_cast<double>(sync_->parameterBytes()) / kMiB;
+  per_rank[5 * w + rt_.rank] = static_cast<double>(sync_->gatheredPeakBytes()) / kMiB;
+  if (pg_) per_rank = pg_->allreduceSum(per_rank);
+  auto worst = [&](std::ptrdiff_t k) {
+    return *std::max_element(per_rank.begin() + k * w, per_rank.begin() + (k + 1) * w);
+  };
+  peak_rss_mb_ = worst(0), optimizer_state_mb_ = worst(1), peak_cuda_mb_ = worst(2);
+  gradient_mb_ = worst(3), parameter_mb_ = worst(4), gathered_peak_mb_ = worst(5);
+  if (cfg_.data.on_bad_image == config::BadImage::kSkip) skipped_image_files_ = skippedImageFiles();
+  writeSummary(s.status, s.wall_s, s.samples_per_s, "");
+  return s;
+}
+
+// Every rank stopped after the same step; rank 0 saves it (train.on_signal checkpoint) and the
+// others wait for that, so that nothing exits before the checkpoint is on disk.
+Summary Trainer::stopOnSignal(double wall_s) {
+  const char* name = stop_signal_ == SIGINT ? "SIGINT" : "SIGTERM";
+  const bool save = cfg_.train.on_signal == config::OnSignal::kCheckpoint;
+  if (save && last_ckpt_step_ != state_.step) checkpoint();
+  if (pg_) pg_->barrier(fmt::format("stop-{}", state_.step));
+  reporter_.warn(fmt::format("stopped by {} after step {}{}", name, state_.step,
+                             save ? fmt::format("; checkpoint {} holds it, and the next launch "
+                                                "resumes there",
+                                                checkpointer_->pathFor(state_.step))
+                                  : " (train.on_signal=stop: no checkpoint written)"));
+  writeSummary("interrupted", wall_s, 0, fmt::format("stopped by {}", name));
+  Summary s;
+  s.status = "interrupted";
+  s.steps = state_.step;
+  s.epochs = state_.epoch;
+  s.run_dir = run_.path;
+  s.stop_signal = stop_signal_;
+  return s;
+}
+
+// The files every rank left out (each rank read its own shard), gathered on rank 0 through the
+// store at the end of the run: once, and small.
+std::vector<std::string> Trainer::skippedImageFiles() {
+  std::set<std::string> files;
+  for (const auto* ds : {&splits_.train, &splits_.test})
+    if (ds->source)
+      for (auto& f : ds->source->skippedFiles()) files.insert(f);
+  if (pg_) {
+    std::string mine;
+    for (const auto& f : files) mine += f + '\n';
+    const auto key = [&](int64_t r) { return fmt::format("skipped-images/{}/{}", state_.step, r); };
+    auto store = pg_->store();
+    store->set(key(rt_.rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+    if (rt_.rank == 0)
+      for (int64_t r = 1; r < rt_.world_size; ++r) {
+        const auto bytes = store->get(key(r));
+        std::string line;
+        for (auto b : bytes)
+          if (b == '\n')
+            files.insert(line), line.clear();
+          else
+            line += static_cast<char>(b);
+      }
+  }
+  return {files.begin(), files.end()};
+}
+
+void Trainer::writeSummary(const std::string& status, double wall_s, double samples_per_s,
+                           const std::string& error, bool read_device) {
+  SummaryReport s;
+  s.status = status;
+  s.test_accuracy = last_eval_.accuracy, s.test_loss = last_eval_.loss;
+  if (read_device) epochLossMean();  // reads the device's sums into state_
+  s.train_loss = state_.epoch_loss_count ? state_.epoch_loss_sum / state_.epoch_loss_count : 0.0;
+  s.steps = state_.step, s.epochs = state_.epoch, s.world_size = rt_.world_size;
+  s.skipped_steps = state_.skipped_steps;
+  s.wall_s = wall_s, s.samples_per_s = samples_per_s;
+  // Language models: the validation split's loss (test_loss above) as perplexity too.
+  if (splits_.test.tokens && last_eval_step_ >= 0) s.val_perplexity = std::exp(last_eval_.loss);
+  if (first_step_wall_time_ > 0) s.first_step_wall_time = first_step_wall_time_;
+  if (peak_rss_mb_ > 0) s.peak_rss_mb = peak_rss_mb_;
+  if (optimizer_state_mb_ > 0) s.optimizer_state_mb = optimizer_state_mb_;
+  if (gradient_mb_ > 0) s.gradient_mb = gradient_mb_;
+  if (parameter_mb_ > 0) s.parameter_mb = parameter_mb_;
+  if (gathered_peak_mb_ > 0) s.gathered_peak_mb = gathered_peak_mb_;
+  if (peak_cuda_mb_ > 0) s.peak_cuda_memory_mb = peak_cuda_mb_;
+  s.skipped_image_files = skipped_image_files_;
+  s.error = error;
+  reporter_.summary(s);
+}
+
+}  // namespace ltrain::train
