@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "ltrain/distributed/process_group.h"
+#include "ltrain/io/json.h"
 
 namespace ltrain::distributed {
 
@@ -165,13 +166,9 @@ void BucketReducer::rebuildFromReadyOrder() {
   if (world_ > 1) {
     // Through the store, on the host: a broadcast of a device tensor would copy to the GPU and
     // back, a host synchronisation inside the first step.
-    std::string mine;
-    for (size_t s : order) mine += std::to_string(s) + ",";
-    const std::string agreed = pg_.broadcastString(fmt::format("bucket_order/{}", id_), mine);
-    std::vector<size_t> next;
-    size_t start = 0;
-    for (size_t comma; (comma = agreed.find(',', start)) != std::string::npos; start = comma + 1)
-      next.push_back(std::stoul(agreed.substr(start, comma - start)));
+    const auto next = io::Json::parse(pg_.broadcastString(fmt::format("bucket_order/{}", id_),
+                                                          io::Json(order).dump()))
+                          .get<std::vector<size_t>>();
     if (next.size() != order.size())
       throw std::runtime_error(fmt::format(
           "rank 0 laid out {} gradients in its buckets, this rank has {}: the ranks do not train "
