@@ -5,7 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include "ltrain/config/schema.h"
-#include "ltrain/distributed/gradient_sync.h"
+#include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/distributed/sharded_parameters.h"
 #include "ltrain/models/model.h"
@@ -53,43 +53,37 @@ TEST_CASE("ZeRO-3 frees each unit's parameters outside its forward and backward,
                  std::vector<torch::Tensor> = {}) -> std::unique_ptr<torch::optim::Optimizer> {
     return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.1));
   };
-  ltrain::distributed::SyncSetup s;
-  s.model = model.ptr(), s.make_optimizer = make, s.pg = comm.get(), s.dist = dc;
-  for (size_t i = 0; i < model->layers->size(); ++i)
-    s.layer_params.push_back(model->layerParameters(i));
-  s.set_layer_hooks = [model](std::shared_ptr<ltrain::models::LayerHooks> h) mutable {
-    model->layer_hooks = std::move(h);
-  };
-  auto sync = ltrain::distributed::makeZero1Sync(std::move(s));
-  REQUIRE(sync->describe().find("ZeRO-3 over 3 unit(s)") != std::string::npos);
+  // As the trainer spreads a model: dist.zero 3 over a process group picks ZeRO's plan.
+  auto plan = ltrain::distributed::parallelize(model, dc, comm.get(), {make, 0, {}});
+  REQUIRE(plan->report().description.find("ZeRO-3 over 3 unit(s)") != std::string::npos);
   const auto params = model->parameters();
   CHECK(allFreed(params));
   const int64_t whole = 4 * (5 * 6 + 6 + 6 * 7 + 7 + 7 * 3 + 3);
-  CHECK(sync->parameterBytes() == whole);  // a world of one: the slices are the whole
+  CHECK(plan->report().parameter_bytes == whole);  // a world of one: the slices are the whole
 
   const auto x = torch::randn({4, 5});
-  sync->beforeForward(true, true);
+  plan->prepare(ltrain::distributed::MicroStep::forward(true, true));
   auto loss = model->forward(x).square().sum();
   CHECK(allFreed(params));  // forward gathered each unit and freed it: the graph holds none
   loss.backward();
-  sync->finishBackward();
+  CHECK(plan->finishGradients(torch::Tensor()).item<float>() == 0.f);
   CHECK(allFreed(params));
-  CHECK(sync->gatheredPeakBytes() > 0);
-  CHECK(sync->gatheredPeakBytes() < whole);  // never the whole model at once
+  CHECK(plan->report().gathered_peak_bytes > 0);
+  CHECK(plan->report().gathered_peak_bytes < whole);  // never the whole model at once
   plain->forward(x).square().sum().backward();
-  CHECK(std::abs(sync->gradNorm() - [&] {
+  CHECK(std::abs(plan->gradNorm() - [&] {
           double sq = 0;
           for (auto& p : plain->parameters()) sq += p.grad().square().sum().item<double>();
           return std::sqrt(sq);
         }()) < 1e-6);
-  sync->optimizerStep(0.1, torch::Tensor());
+  plan->step({0.1, 0.0, torch::Tensor()});
   {
     torch::NoGradGuard no_grad;
     for (auto& p : plain->parameters()) p -= 0.1 * p.grad();
   }
   // The model as a checkpoint sees it: whole, on the host, equal to the plain model's step.
   bool compared = false;
-  sync->withWholeOptimizer([&](torch::optim::Optimizer&) {
+  plan->state().saveWholeOptimizer([&](torch::optim::Optimizer&) {
     const auto got = model->parameters(), want = plain->parameters();
     for (size_t i = 0; i < got.size(); ++i) {
       INFO("parameter " << i);

@@ -5,8 +5,8 @@
 #include <catch2/catch.hpp>
 
 #include "ltrain/config/schema.h"
-#include "ltrain/distributed/gradient_sync.h"
 #include "ltrain/distributed/optimizer_state.h"
+#include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/distributed/process_group.h"
 #include "support/process.h"
 
@@ -31,12 +31,13 @@ TEST_CASE("ZeRO-1 state moves into the slices and back, parameters without state
   REQUIRE(full->state().size() == 2);
 
   auto zero =
-      ltrain::distributed::makeZero1Sync({net.ptr(), {}, make, comm.get(), dc, 0, {}, {}, {}});
-  REQUIRE_NOTHROW(zero->loadWholeOptimizer(*full));
-  CHECK(zero->optimizerStateBytes() == 2 * 4 * (3 * 4 + 4 + 4 * 2 + 2));  // two moments, all
+      ltrain::distributed::makeZeroPlan({net.ptr(), {}, make, comm.get(), dc, 0, {}, {}, {}});
+  REQUIRE_NOTHROW(zero->state().loadWholeOptimizer(*full));
+  CHECK(zero->report().optimizer_state_bytes ==
+        2 * 4 * (3 * 4 + 4 + 4 * 2 + 2));  // two moments, all
 
   std::unique_ptr<torch::optim::Optimizer> back;
-  zero->withWholeOptimizer([&](torch::optim::Optimizer& whole) {
+  zero->state().saveWholeOptimizer([&](torch::optim::Optimizer& whole) {
     back = make(net->parameters());
     ltrain::distributed::copyStateNextToParameters(whole, *back);
   });

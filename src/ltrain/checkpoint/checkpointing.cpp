@@ -3,6 +3,7 @@
 #include <exception>
 #include <map>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "ltrain/checkpoint/sharded_checkpoint.h"
@@ -11,11 +12,11 @@
 
 namespace ltrain::checkpoint {
 
-// model.safetensors of a dist.zero 3 run, written on the main rank as the units come, one at a
-// time: the whole model is never in one place. A failed write does not leave the gathers early
-// (the others are still in them); once every unit went by, every rank learns of it and raises it,
-// so that no rank goes on into the next step alone.
-void Checkpointer::saveWeightsStreaming(models::Classifier& model, distributed::GradientSync& sync,
+// model.safetensors of a run with sharded parameters, written on the main rank as the units come,
+// one at a time: the whole model is never in one place. A failed write does not leave the gathers
+// early (the others are still in them); once every unit went by, every rank learns of it and raises
+// it, so that no rank goes on into the next step alone.
+void Checkpointer::saveWeightsStreaming(models::Classifier& model, distributed::PlanState& plan,
                                         const std::vector<distributed::UnitShard>& units,
                                         int64_t step) {
   std::unique_ptr<io::SafetensorsStream> out;
@@ -34,7 +35,7 @@ void Checkpointer::saveWeightsStreaming(models::Classifier& model, distributed::
       failure = std::current_exception();
     }
   }
-  sync.forEachUnitOnHost(main_, [&](size_t, const std::vector<torch::Tensor>& params) {
+  plan.forEachUnitOnHost(main_, [&](size_t, const std::vector<torch::Tensor>& params) {
     if (failure || !out) return;
     try {
       for (const auto& p : params) out->write(p);
@@ -50,32 +51,32 @@ void Checkpointer::saveWeightsStreaming(models::Classifier& model, distributed::
       failure = std::current_exception();
     }
   }
-  const bool failed = sharded_pg_->allreduceSum({failure ? 1.0 : 0.0})[0] > 0;
+  const bool failed = pg_->allreduceSum({failure ? 1.0 : 0.0})[0] > 0;
   if (failure) std::rethrow_exception(failure);
   if (failed)
     throw std::runtime_error("rank 0 could not write " + run_dir_ +
                              "/model.safetensors (its log says why)");
 }
 
-std::string Checkpointer::pathFor(int64_t step) const {
-  return sharded_pg_ ? shardedCheckpointPath(run_dir_ + "/checkpoints", step)
-                     : checkpointPath(run_dir_ + "/checkpoints", step);
-}
-
-void Checkpointer::save(models::Classifier& model, distributed::GradientSync& sync,
+void Checkpointer::save(models::Classifier& model, distributed::PlanState& plan,
                         const LoopState& state) {
-  if (sharded_pg_) {
-    // Every rank its own part, at once; then the weights for Python, one unit at a time.
-    const auto units = sync.unitShards();
-    saveShardedCheckpoint(pathFor(state.step), units, *model, state, device_, *sharded_pg_);
-    if (main_) pruneCheckpoints(run_dir_ + "/checkpoints", keep_);
-    saveWeightsStreaming(model, sync, units, state.step);
+  const std::string dir = run_dir_ + "/checkpoints";
+  // Where the parameters are sharded (always so on every rank of a run), no rank holds the
+  // whole model: every rank writes its own part, at once; then the weights for Python, one unit
+  // at a time.
+  if (const auto units = plan.unitShards(); !units.empty()) {
+    if (!pg_) throw std::logic_error("sharded parameters without a process group");
+    last_saved_ = shardedCheckpointPath(dir, state.step);
+    saveShardedCheckpoint(last_saved_, units, *model, state, device_, *pg_);
+    if (main_) pruneCheckpoints(dir, keep_);
+    saveWeightsStreaming(model, plan, units, state.step);
     return;
   }
-  sync.withWholeOptimizer([&](torch::optim::Optimizer& whole) {
+  last_saved_ = checkpointPath(dir, state.step);
+  plan.saveWholeOptimizer([&](torch::optim::Optimizer& whole) {
     if (!main_) return;
-    saveCheckpoint(pathFor(state.step), *model, whole, state, device_);
-    pruneCheckpoints(run_dir_ + "/checkpoints", keep_);
+    saveCheckpoint(last_saved_, *model, whole, state, device_);
+    pruneCheckpoints(dir, keep_);
     // The newest weights, readable by Python (safetensors or torch) under PyTorch's names.
     io::saveSafetensors(run_dir_ + "/model.safetensors", io::moduleState(*model),
                         {{"step", std::to_string(state.step)}, {"format", "pt"}});

@@ -1,6 +1,7 @@
-// Checkpoints during training: rank 0 writes the loop state with the model and the whole
-// optimizer state (gathered from ZeRO-1/2, so every rank takes part); under dist.zero 3 every
-// rank writes its own part instead (sharded_checkpoint.h). Rank 0 keeps the newest
+// Checkpoints during training, whatever strategy spread the model: rank 0 writes the loop state
+// with the model and the plan's whole optimizer state (gathered where it is sharded, so every
+// rank takes part); where the plan keeps the parameters sharded (its state has unit shards)
+// every rank writes its own part instead (sharded_checkpoint.h). Rank 0 keeps the newest
 // train.keep_checkpoints and refreshes model.safetensors, the weights Python reads.
 #pragma once
 #include <torch/types.h>
@@ -8,33 +9,31 @@
 #include <string>
 
 #include "ltrain/checkpoint/checkpoint.h"
-#include "ltrain/distributed/gradient_sync.h"
+#include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/models/model.h"
 
 namespace ltrain::checkpoint {
 
 class Checkpointer {
  public:
-  // `sharded_pg`: the process group of a dist.zero 3 run, whose checkpoints are sharded; else null.
+  // `pg`: the run's process group (null: one process).
   Checkpointer(std::string run_dir, int64_t keep, bool main_rank, torch::Device device,
-               distributed::ProcessGroup* sharded_pg = nullptr)
-      : run_dir_(std::move(run_dir)),
-        keep_(keep),
-        main_(main_rank),
-        device_(device),
-        sharded_pg_(sharded_pg) {}
+               distributed::ProcessGroup* pg = nullptr)
+      : run_dir_(std::move(run_dir)), keep_(keep), main_(main_rank), device_(device), pg_(pg) {}
   // Collective: every rank calls it after the same step.
-  void save(models::Classifier& model, distributed::GradientSync& sync, const LoopState& state);
-  std::string pathFor(int64_t step) const;
+  void save(models::Classifier& model, distributed::PlanState& plan, const LoopState& state);
+  // The checkpoint the last save wrote.
+  const std::string& lastSaved() const { return last_saved_; }
 
  private:
-  void saveWeightsStreaming(models::Classifier& model, distributed::GradientSync& sync,
+  void saveWeightsStreaming(models::Classifier& model, distributed::PlanState& plan,
                             const std::vector<distributed::UnitShard>& units, int64_t step);
   std::string run_dir_;
   int64_t keep_;
   bool main_;
   torch::Device device_;
-  distributed::ProcessGroup* sharded_pg_;
+  distributed::ProcessGroup* pg_;
+  std::string last_saved_;
 };
 
 }  // namespace ltrain::checkpoint

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "ltrain/checkpoint/checkpoint.h"
-#include "ltrain/distributed/gradient_sync.h"
+#include "ltrain/distributed/parallel_plan.h"
 
 namespace ltrain::distributed {
 class ProcessGroup;

@@ -1,7 +1,7 @@
 // Dynamic loss scaling for fp16, as torch.amp.GradScaler does it: the loss is multiplied by the
-// scale, the gradients unscaled before clipping and the step (GradientSync::findInf), a step with
-// inf/nan gradients skipped and the scale halved, doubled after `growth_interval` good steps in a
-// row. The scale lives on the loss's device and is updated there (torch.amp's
+// scale, the gradients unscaled before clipping and the step (ParallelPlan::finishGradients), a
+// step with inf/nan gradients skipped and the scale halved, doubled after `growth_interval` good
+// steps in a row. The scale lives on the loss's device and is updated there (torch.amp's
 // _amp_update_scale_), so that no step waits for the host.
 #pragma once
 #include <torch/types.h>

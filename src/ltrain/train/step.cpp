@@ -12,9 +12,9 @@
 namespace ltrain::train {
 
 TrainStep::TrainStep(const config::ExperimentConfig& cfg, models::Classifier& model,
-                     const Devices& devices, distributed::GradientSync& sync, GradScaler& scaler,
+                     const Devices& devices, distributed::ParallelPlan& plan, GradScaler& scaler,
                      const Faults& faults)
-    : cfg_(cfg), model_(model), devices_(devices), sync_(sync), scaler_(scaler), faults_(faults) {
+    : cfg_(cfg), model_(model), devices_(devices), plan_(plan), scaler_(scaler), faults_(faults) {
   // Only where a step can be skipped rather than stop the run.
   if (cfg.train.nonfinite == config::NonFinite::kSkip || scaler.enabled())
     for (auto& b : model->buffers())
@@ -46,7 +46,7 @@ StepResult TrainStep::run(data::Loader& loader, const StepPosition& at, int64_t 
     const data::Batch b = nextBatch(loader, r);
     const bool last = i == micro_batches - 1;
     // 1F1B arms each stage's reduction itself, just before that stage's last backward.
-    sync_.beforeForward(/*first=*/i == 0, last && !model_->one_f_one_b);
+    plan_.prepare(distributed::MicroStep::forward(/*first=*/i == 0, last && !model_->one_f_one_b));
     if (i == 0) snapshotBuffers();
     torch::Tensor loss;
     if (model_->one_f_one_b) {
@@ -59,10 +59,9 @@ StepResult TrainStep::run(data::Loader& loader, const StepPosition& at, int64_t 
     r.loss += loss.detach().to(devices_.main) / micro_batches;
     r.samples += b.targets.size(0);
   }
-  sync_.finishBackward();
   // Decided on the reduced gradients, which are the same on every rank (an inf or nan anywhere
   // reaches every rank through the sum): all skip, or all stop, at the same step.
-  r.found_inf = sync_.findInf(scaler_.enabled() ? scaler_.inverse() : torch::Tensor());
+  r.found_inf = plan_.finishGradients(scaler_.enabled() ? scaler_.inverse() : torch::Tensor());
   if (scaler_.enabled()) scaler_.update(r.found_inf);
   if (!r.found_inf.is_cuda()) {  // reading the flag costs nothing off the GPU: decide now
     if (r.found_inf.item<float>() != 0.f) return skip(std::move(r), at, micro_batches);
@@ -70,8 +69,7 @@ StepResult TrainStep::run(data::Loader& loader, const StepPosition& at, int64_t 
   } else {
     restoreBuffers(r.found_inf);  // on the device, where the flag is
   }
-  if (cfg_.train.clip_grad_norm > 0) sync_.clipGradNorm(cfg_.train.clip_grad_norm);
-  sync_.optimizerStep(lr, r.found_inf);
+  plan_.step({lr, cfg_.train.clip_grad_norm, r.found_inf});
   return r;
 }
 
@@ -112,7 +110,8 @@ torch::Tensor TrainStep::pipelineForwardBackward(const data::Batch& b, int64_t s
     return l;
   };
   std::function<void(size_t)> arm;
-  if (last) arm = [&](size_t stage) { sync_.beforeLastStageBackward(stage); };
+  if (last)
+    arm = [&](size_t stage) { plan_.prepare(distributed::MicroStep::lastBackwardOf(stage)); };
   return model_->pipelineStep(x, y, loss_sum, scale, arm);
 }
 
@@ -132,7 +131,7 @@ StepResult TrainStep::skip(StepResult r, const StepPosition& at, int64_t micro_b
         "rank {}: {}); train.nonfinite=skip would skip such steps",
         at.step + 1, at.epoch + 1, at.batch_in_epoch, at.batch_in_epoch + micro_batches - 1,
         at.rank, r.loss.item<double>()));
-  sync_.discardGradients();
+  plan_.zeroGradients();
   restoreBuffers(torch::Tensor());
   r.skipped = true;
   r.found_inf = torch::Tensor();

@@ -1,7 +1,7 @@
 // One optimizer step, read top to bottom in TrainStep::run: for each micro-batch forward, loss,
 // backward (the last one's gradients reduced across ranks while backward runs); then the
 // finiteness decision, clipping, and the optimizer step at the schedule's learning rate. Which
-// strategy keeps the replicas in step is GradientSync's business, not the step's.
+// strategy keeps the replicas in step is the parallel plan's business, not the step's.
 #pragma once
 #include <torch/types.h>
 
@@ -9,7 +9,7 @@
 
 #include "ltrain/config/experiment_config.h"
 #include "ltrain/data/loader.h"
-#include "ltrain/distributed/gradient_sync.h"
+#include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/models/model.h"
 #include "ltrain/train/devices.h"
 #include "ltrain/train/faults.h"
@@ -37,7 +37,7 @@ struct StepResult {
 class TrainStep {
  public:
   TrainStep(const config::ExperimentConfig& cfg, models::Classifier& model, const Devices& devices,
-            distributed::GradientSync& sync, GradScaler& scaler, const Faults& faults);
+            distributed::ParallelPlan& plan, GradScaler& scaler, const Faults& faults);
 
   // Consumes the next `micro_batches` batches of `loader` and updates the model at rate `lr`.
   // std::runtime_error for inf/nan gradients under train.nonfinite stop.
@@ -56,7 +56,7 @@ class TrainStep {
   const config::ExperimentConfig& cfg_;
   models::Classifier& model_;
   const Devices& devices_;
-  distributed::GradientSync& sync_;
+  distributed::ParallelPlan& plan_;
   GradScaler& scaler_;
   const Faults& faults_;
   // Batch norm's statistics before the step: a skipped step's forward must not leave them.

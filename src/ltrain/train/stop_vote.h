@@ -1,6 +1,6 @@
 // The stop vote that makes every rank stop after the same step: each rank's pending signal
-// (common/stop_signal.h) rides, summed over ranks, on the step's last collective (GradientSync's
-// extra scalars).
+// (common/stop_signal.h) rides, summed over ranks, on the step's last collective (the parallel
+// plan's extra scalars).
 #pragma once
 #include <c10/core/Event.h>
 #include <torch/types.h>

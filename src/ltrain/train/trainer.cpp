@@ -27,7 +27,7 @@
 #include "ltrain/data/distributed_sampler.h"
 #include "ltrain/data/loader.h"
 #include "ltrain/data/text.h"
-#include "ltrain/distributed/gradient_sync.h"
+#include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/io/safetensors.h"
 #include "ltrain/models/hf_checkpoint.h"
@@ -131,27 +131,12 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   if (resumed && scaler_.enabled() && state_.loss_scale > 0)
     scaler_.restore(state_.loss_scale, state_.scale_growth_tracker);
   placeModel(model_, cfg_.model, devices_);
-  std::vector<distributed::DeviceShare> shares;
-  for (auto& st : model_->stageTensors())
-    shares.push_back({st.device, {std::move(st.params), std::move(st.buffers)}});
-  distributed::SyncSetup setup;
-  setup.model = model_.ptr(), setup.shares = std::move(shares);
-  setup.make_optimizer = make_optimizer, setup.pg = pg_.get(), setup.dist = cfg_.dist;
-  setup.extra_scalars = StopVote::kScalars, setup.fill_extras = StopVote::fill;
-  if (cfg_.dist.zero == 3) {  // the units are made of the top-level layers
-    for (size_t i = 0; i < model_->layers->size(); ++i)
-      setup.layer_params.push_back(model_->layerParameters(i));
-    setup.set_layer_hooks = [model = model_](std::shared_ptr<models::LayerHooks> hooks) mutable {
-      model->layer_hooks = std::move(hooks);
-    };
-  }
-  sync_ = distributed::makeGradientSync(std::move(setup));
-  if (resumed) sync_->loadWholeOptimizer(*whole);
-  step_ = std::make_unique<TrainStep>(cfg_, model_, devices_, *sync_, scaler_, faults_);
-  const bool sharded = cfg_.dist.zero == 3 && pg_;  // as makeGradientSync shards
-  checkpointer_ = std::make_unique<checkpoint::Checkpointer>(run_.path, cfg_.train.keep_checkpoints,
-                                                             rt_.isMain(), devices_.main,
-                                                             sharded ? pg_.get() : nullptr);
+  plan_ = distributed::parallelize(model_, cfg_.dist, pg_.get(),
+                                   {make_optimizer, StopVote::kScalars, StopVote::fill});
+  if (resumed) plan_->state().loadWholeOptimizer(*whole);
+  step_ = std::make_unique<TrainStep>(cfg_, model_, devices_, *plan_, scaler_, faults_);
+  checkpointer_ = std::make_unique<checkpoint::Checkpointer>(
+      run_.path, cfg_.train.keep_checkpoints, rt_.isMain(), devices_.main, pg_.get());
   scaler_.to(devices_.main);
   tally_ = std::make_unique<LossTally>(devices_.main, state_.epoch_loss_sum,
                                        state_.epoch_loss_count, state_.skipped_steps);
@@ -219,7 +204,7 @@ void Trainer::announce() {
     reporter_.info(fmt::format("resuming from {} (step {}, epoch {})", *run_.resume_from,
                                state_.step, state_.epoch + 1));
   const auto& train = splits_.train;
-  const std::string sync = sync_->describe();
+  const std::string sync = plan_->report().description;
   reporter_.info(fmt::format(
       "{}: {} with {} parameters, {} training / {} {} {}, {} steps, {} process(es) of {} "
       "thread(s){}",
@@ -335,8 +320,8 @@ void Trainer::afterStep(const StepResult& r, Window& w) {
   state_.samples += r.samples * rt_.world_size;
   ++w.steps, w.samples += r.samples * rt_.world_size;
   w.data_wait_s += r.data_wait_s;
-  const auto sync = sync_->lastStep();
-  w.collectives += sync.collectives, w.comm_wait_s += sync.wait_s;
+  const auto plan = plan_->report();
+  w.collectives += plan.collectives, w.comm_wait_s += plan.wait_s;
   tally_->add(r.loss, r.found_inf, r.skipped, state_.step);
   if (reporter_.active()) {
     const int64_t done = state_.step - start_step_;
@@ -362,7 +347,7 @@ bool Trainer::betweenSteps(bool epoch_done, Window& w) {
   paused_s_ += paused;
   w.start += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(paused));
   faults_.afterStep(state_.step);
-  stop_signal_ = vote_.afterStep(sync_->extras());
+  stop_signal_ = vote_.afterStep(plan_->extras());
   return stop_signal_ != 0;
 }
 

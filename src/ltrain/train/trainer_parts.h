@@ -13,7 +13,7 @@
 #include "ltrain/checkpoint/checkpointing.h"
 #include "ltrain/common/stop_signal.h"
 #include "ltrain/data/distributed_sampler.h"
-#include "ltrain/distributed/gradient_sync.h"
+#include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/train/evaluate.h"
 #include "ltrain/train/faults.h"
@@ -80,7 +80,7 @@ class Trainer {
   std::shared_ptr<distributed::ProcessGroup> pg_;
   RunDir run_;
   checkpoint::LoopState state_;
-  std::unique_ptr<distributed::GradientSync> sync_;
+  std::unique_ptr<distributed::ParallelPlan> plan_;
   GradScaler scaler_{cfg_.train.precision == config::Precision::kFp16};
   std::unique_ptr<TrainStep> step_;
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;

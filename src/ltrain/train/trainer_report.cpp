@@ -20,7 +20,7 @@
 #include "ltrain/common/stop_signal.h"
 #include "ltrain/data/distributed_sampler.h"
 #include "ltrain/data/loader.h"
-#include "ltrain/distributed/gradient_sync.h"
+#include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/train/evaluate.h"
 #include "ltrain/train/faults.h"
@@ -53,7 +53,7 @@ void Trainer::logWindow(Window& w, double lr) {
   }
   last_window_loss_ = loss;
   TrainReport r;
-  r.grad_norm = sync_->gradNorm();  // collective where gradients are sharded
+  r.grad_norm = plan_->gradNorm();  // collective where gradients are sharded
   r.step = state_.step, r.epoch = state_.epoch, r.epochs = cfg_.train.epochs;
   r.total_steps = total_steps_;
   r.loss = loss, r.lr = lr;
@@ -91,7 +91,7 @@ void Trainer::checkpoint() {
   state_.scale_growth_tracker = scaler_.growthTracker();
   stopOnDeferredNonFinite();
   readTally();
-  checkpointer_->save(model_, *sync_, state_);
+  checkpointer_->save(model_, plan_->state(), state_);
 }
 
 // The device's sums into the loop state (a synchronisation on a GPU: log, checkpoint, summary).
@@ -150,11 +150,12 @@ Summary Trainer::finish(double wall_s, double samples_per_s) {
   constexpr double kMiB = 1024.0 * 1024.0;
   std::vector<double> per_rank(6 * rt_.world_size, 0.0);
   per_rank[rt_.rank] = peakRssMb();
-  per_rank[w + rt_.rank] = static_cast<double>(sync_->optimizerStateBytes()) / kMiB;
+  const auto plan = plan_->report();
+  per_rank[w + rt_.rank] = static_cast<double>(plan.optimizer_state_bytes) / kMiB;
   if (devices_.main.is_cuda()) per_rank[2 * w + rt_.rank] = peakCudaMemoryMb(devices_.main.index());
-  per_rank[3 * w + rt_.rank] = static_cast<double>(sync_->gradientBytes()) / kMiB;
-  per_rank[4 * w + rt_.rank] = static_cast<double>(sync_->parameterBytes()) / kMiB;
-  per_rank[5 * w + rt_.rank] = static_cast<double>(sync_->gatheredPeakBytes()) / kMiB;
+  per_rank[3 * w + rt_.rank] = static_cast<double>(plan.gradient_bytes) / kMiB;
+  per_rank[4 * w + rt_.rank] = static_cast<double>(plan.parameter_bytes) / kMiB;
+  per_rank[5 * w + rt_.rank] = static_cast<double>(plan.gathered_peak_bytes) / kMiB;
   if (pg_) per_rank = pg_->allreduceSum(per_rank);
   auto worst = [&](std::ptrdiff_t k) {
     return *std::max_element(per_rank.begin() + k * w, per_rank.begin() + (k + 1) * w);
@@ -176,7 +177,7 @@ Summary Trainer::stopOnSignal(double wall_s) {
   reporter_.warn(fmt::format("stopped by {} after step {}{}", name, state_.step,
                              save ? fmt::format("; checkpoint {} holds it, and the next launch "
                                                 "resumes there",
-                                                checkpointer_->pathFor(state_.step))
+                                                checkpointer_->lastSaved())
                                   : " (train.on_signal=stop: no checkpoint written)"));
   writeSummary("interrupted", wall_s, 0, fmt::format("stopped by {}", name));
   Summary s;

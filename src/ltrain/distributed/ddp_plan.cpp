@@ -1,22 +1,22 @@
-// GradientSync as DistributedDataParallel does it: every rank holds the whole model and the whole
+// The plan DistributedDataParallel makes: every rank holds the whole model and the whole
 // optimizer; the bucket reducer all-reduces the gradients while backward runs, and every rank then
 // takes the same optimizer step. With one process there is nothing to reduce.
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "ltrain/distributed/bucket_reducer.h"
-#include "ltrain/distributed/gradient_sync.h"
 #include "ltrain/distributed/gradients.h"
 #include "ltrain/distributed/optimizer_state.h"
+#include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/optim/fused.h"
 
 namespace ltrain::distributed {
 namespace {
 
-class DdpSync final : public GradientSync {
+class DdpPlan final : public ParallelPlan, private PlanState {
  public:
-  explicit DdpSync(SyncSetup s)
+  explicit DdpPlan(PlanSetup s)
       : model_(std::move(s.model)),
         optimizer_(s.make_optimizer(model_->parameters(), {})),
         fill_extras_(std::move(s.fill_extras)),
@@ -45,55 +45,72 @@ class DdpSync final : public GradientSync {
     stages_.front().reducer->setExtraScalars(fill_extras_);
   }
 
-  void beforeForward(bool first, bool last) override {
-    if (first) zeroGradients();
+  void prepare(const MicroStep& m) override {
+    if (m.last_backward_of_stage >= 0) {
+      const auto stage = static_cast<size_t>(m.last_backward_of_stage);
+      if (stage < stages_.size()) stages_[stage].reducer->prepareBackward(true);
+      return;
+    }
+    if (m.first) zeroGradientsInPlace();
     for (auto& st : stages_) {
-      st.reducer->prepareBackward(last);
+      st.reducer->prepareBackward(m.last);
       if (st.has_buffers) st.reducer->broadcastBuffers();
     }
   }
 
-  void beforeLastStageBackward(size_t stage) override {
-    if (stage < stages_.size()) stages_[stage].reducer->prepareBackward(true);
-  }
-
-  void finishBackward() override {
+  torch::Tensor finishGradients(const torch::Tensor& unscale) override {
     if (stages_.empty()) {
       // One process: the extras are this rank's own values.
       std::vector<float> v(extra_count_, 0.f);
       if (fill_extras_ && extra_count_ > 0) fill_extras_(v.data());
       extras_ = torch::tensor(v);
-      return;
+    } else {
+      for (auto& st : stages_) st.reducer->finishBackward();
+      extras_ = stages_.front().reducer->extraScalars();
     }
-    for (auto& st : stages_) st.reducer->finishBackward();
-    extras_ = stages_.front().reducer->extraScalars();
-  }
-
-  torch::Tensor findInf(const torch::Tensor& unscale) override {
     return unscaleAndFindInf(gradients(), unscale);
   }
 
   double gradNorm() override { return std::sqrt(sumOfAllSquares(gradients()).item<double>()); }
 
-  void clipGradNorm(double max_norm) override {
-    const auto grads = gradients();
-    clipToNorm(grads, sumOfAllSquares(grads).sqrt(), max_norm);
-  }
-
-  void optimizerStep(double lr, const torch::Tensor& found_inf) override {
-    for (auto& group : optimizer_->param_groups()) group.options().set_lr(lr);
-    optim::setFoundInf(*optimizer_, found_inf);
+  void step(const OptimizerStep& s) override {
+    if (s.clip_grad_norm > 0) {
+      const auto grads = gradients();
+      clipToNorm(grads, sumOfAllSquares(grads).sqrt(), s.clip_grad_norm);
+    }
+    for (auto& group : optimizer_->param_groups()) group.options().set_lr(s.lr);
+    optim::setFoundInf(*optimizer_, s.found_inf);
     optimizer_->step();
   }
 
-  void discardGradients() override {
+  void zeroGradients() override {
     torch::NoGradGuard no_grad;
     for (auto& g : gradients()) g.zero_();
   }
 
   torch::Tensor extras() const override { return extras_; }
 
-  void withWholeOptimizer(const std::function<void(torch::optim::Optimizer&)>& write) override {
+  PlanReport report() const override {
+    PlanReport r;
+    for (const auto& st : stages_) {
+      r.collectives += st.reducer->lastStep().collectives;
+      for (double w : st.reducer->lastStep().bucket_wait_s) r.wait_s += w;
+    }
+    r.optimizer_state_bytes = distributed::optimizerStateBytes(*optimizer_);
+    std::vector<torch::Tensor> grads;  // a .grad that is a view of its bucket counts once
+    for (const auto& st : stages_)
+      for (auto& t : st.reducer->bufferTensors()) grads.push_back(t);
+    for (const auto& p : model_->parameters()) grads.push_back(p.grad());
+    r.gradient_bytes = distinctStorageBytes(grads);
+    r.parameter_bytes = distinctStorageBytes(model_->parameters());
+    r.description = describe();
+    return r;
+  }
+
+  PlanState& state() override { return *this; }
+
+ private:
+  void saveWholeOptimizer(const std::function<void(torch::optim::Optimizer&)>& write) override {
     write(*optimizer_);
   }
 
@@ -101,30 +118,7 @@ class DdpSync final : public GradientSync {
     copyStateNextToParameters(whole, *optimizer_);
   }
 
-  int64_t optimizerStateBytes() const override {
-    return distributed::optimizerStateBytes(*optimizer_);
-  }
-
-  int64_t gradientBytes() const override {
-    std::vector<torch::Tensor> tensors;  // a .grad that is a view of its bucket counts once
-    for (const auto& st : stages_)
-      for (auto& t : st.reducer->bufferTensors()) tensors.push_back(t);
-    for (const auto& p : model_->parameters()) tensors.push_back(p.grad());
-    return distinctStorageBytes(tensors);
-  }
-
-  int64_t parameterBytes() const override { return distinctStorageBytes(model_->parameters()); }
-
-  SyncStats lastStep() const override {
-    SyncStats s;
-    for (const auto& st : stages_) {
-      s.collectives += st.reducer->lastStep().collectives;
-      for (double w : st.reducer->lastStep().bucket_wait_s) s.wait_s += w;
-    }
-    return s;
-  }
-
-  std::string describe() const override {
+  std::string describe() const {
     if (stages_.empty()) return "";
     size_t buckets = 0;
     for (const auto& st : stages_) buckets += st.reducer->bucketCount();
@@ -134,14 +128,13 @@ class DdpSync final : public GradientSync {
                            : "");
   }
 
- private:
   struct Stage {
     std::shared_ptr<ProcessGroup> pg;  // a stage's own communicator; null: the job's
     std::unique_ptr<BucketReducer> reducer;
     bool has_buffers = false;
   };
 
-  void zeroGradients() {
+  void zeroGradientsInPlace() {
     torch::NoGradGuard no_grad;
     for (auto& p : model_->parameters()) {
       if (stages_.empty() || !p.grad().defined()) {
@@ -174,15 +167,8 @@ class DdpSync final : public GradientSync {
 
 }  // namespace
 
-std::unique_ptr<GradientSync> makeDdpSync(SyncSetup setup) {
-  return std::make_unique<DdpSync>(std::move(setup));
-}
-
-std::unique_ptr<GradientSync> makeGradientSync(SyncSetup setup) {
-  // A process group of one shards too (a single launched worker with an explicit dist.backend):
-  // its reduce-scatters, all-gathers and unit hooks then run on a machine with one GPU.
-  const bool sharded = setup.pg && setup.dist.zero >= 1;
-  return sharded ? makeZero1Sync(std::move(setup)) : makeDdpSync(std::move(setup));
+std::unique_ptr<ParallelPlan> makeDdpPlan(PlanSetup setup) {
+  return std::make_unique<DdpPlan>(std::move(setup));
 }
 
 }  // namespace ltrain::distributed

@@ -1,4 +1,4 @@
-// DDP's GradientSync in a world of one over Gloo (what a single launched worker with an explicit
+// DDP's plan in a world of one over Gloo (what a single launched worker with an explicit
 // dist.backend runs): the bucket rebuild after the first step keeps that step's extra scalars
 // (the stop vote), and the gradients stay in their buckets from step to step instead of being
 // allocated anew, with the values plain autograd gives.
@@ -6,7 +6,7 @@
 #include <catch2/catch.hpp>
 
 #include "ltrain/config/schema.h"
-#include "ltrain/distributed/gradient_sync.h"
+#include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/distributed/process_group.h"
 #include "support/process.h"
 
@@ -37,12 +37,13 @@ TEST_CASE(
   torch::manual_seed(0);
   auto net =
       torch::nn::Sequential(torch::nn::Linear(6, 8), torch::nn::Tanh(), torch::nn::Linear(8, 3));
-  ltrain::distributed::SyncSetup s;
+  ltrain::distributed::PlanSetup s;
   s.model = net.ptr(), s.make_optimizer = sgd, s.pg = one.comm.get(), s.dist = one.dc;
   s.extra_scalars = 2;
   float vote = 1.f;
   s.fill_extras = [&](float* v) { v[0] = vote, v[1] = 2.f * vote; };
-  auto sync = ltrain::distributed::makeGradientSync(std::move(s));
+  auto plan = ltrain::distributed::planFor(std::move(s));
+  REQUIRE(plan->report().description.find("gradient buckets") != std::string::npos);
   std::vector<const void*> storage;
   for (int step = 1; step <= 3; ++step) {
     INFO("step " << step);
@@ -51,7 +52,7 @@ TEST_CASE(
     // What plain autograd makes of the same batch, before the step.
     auto expected = torch::autograd::grad(
         {torch::nn::functional::cross_entropy(net->forward(x), y)}, net->parameters());
-    sync->beforeForward(/*first=*/true, /*last=*/true);
+    plan->prepare(ltrain::distributed::MicroStep::forward(/*first=*/true, /*last=*/true));
     // After the first step the gradients are zeroed where they are (not set to none), so that
     // backward adds straight into them.
     if (step > 1)
@@ -60,10 +61,10 @@ TEST_CASE(
         CHECK(p.grad().abs().sum().item<double>() == 0.0);
       }
     torch::nn::functional::cross_entropy(net->forward(x), y).backward();
-    sync->finishBackward();
+    CHECK(plan->finishGradients(torch::Tensor()).item<float>() == 0.f);
     // Step 1 ends with the buckets laid out again in the order the gradients came: its sums
     // (a stop vote in step 1) must be those of this step's buckets, not of the new empty ones.
-    const auto extras = sync->extras();
+    const auto extras = plan->extras();
     REQUIRE(extras.numel() == 2);
     CHECK(extras[0].item<float>() == vote);
     CHECK(extras[1].item<float>() == 2.f * vote);
@@ -77,6 +78,6 @@ TEST_CASE(
     // From step 2 on (the rebuilt buckets), backward accumulates into the same memory each step.
     if (step == 3) CHECK(now == storage);
     storage = now;
-    sync->optimizerStep(0.1, torch::Tensor());
+    plan->step({0.1, 0.0, torch::Tensor()});
   }
 }

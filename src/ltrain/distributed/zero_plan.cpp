@@ -1,4 +1,4 @@
-// GradientSync for ZeRO stages 1, 2 and 3 (dist.zero: 1, 2, 3): the optimizer state is sharded
+// The plan of ZeRO stages 1, 2 and 3 (dist.zero: 1, 2, 3): the optimizer state is sharded
 // across ranks, under stage 2 the gradients as well (the reducer keeps only each bucket's reduced
 // slice: ReducerOptions::release_after_reduce), and under stage 3 the parameters too: each
 // bucket is then one unit of layers, whose flat slice is all a rank keeps of its parameters
@@ -14,9 +14,9 @@
 #include <map>
 
 #include "ltrain/distributed/bucket_reducer.h"
-#include "ltrain/distributed/gradient_sync.h"
 #include "ltrain/distributed/gradients.h"
 #include "ltrain/distributed/optimizer_state.h"
+#include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/distributed/sharded_parameters.h"
 #include "ltrain/optim/fused.h"
@@ -24,9 +24,9 @@
 namespace ltrain::distributed {
 namespace {
 
-class Zero1Sync final : public GradientSync {
+class ZeroPlan final : public ParallelPlan, private PlanState {
  public:
-  explicit Zero1Sync(SyncSetup s)
+  explicit ZeroPlan(PlanSetup s)
       : model_(std::move(s.model)),
         pg_(*s.pg),
         rank_(pg_.runtime().rank),
@@ -77,23 +77,21 @@ class Zero1Sync final : public GradientSync {
     if (stage_ == 3) shardParameters(unit_of, std::move(unit_of_layer), s);
   }
 
-  ~Zero1Sync() override {
+  ~ZeroPlan() override {
     if (set_layer_hooks_) set_layer_hooks_(nullptr);
   }
 
-  void beforeForward(bool first, bool last) override {
-    if (first)
+  void prepare(const MicroStep& m) override {
+    if (m.last_backward_of_stage >= 0) return;  // no pipeline under ZeRO
+    if (m.first)
       for (auto& p : model_->parameters()) p.mutable_grad().reset();
-    reducer_->prepareBackward(last);
+    reducer_->prepareBackward(m.last);
     if (has_buffers_) reducer_->broadcastBuffers();
   }
 
-  void finishBackward() override {
+  torch::Tensor finishGradients(const torch::Tensor& unscale) override {
     reducer_->finishBackward();
     if (sharded_) sharded_->releaseAll();  // a unit whose gradients never all came
-  }
-
-  torch::Tensor findInf(const torch::Tensor& unscale) override {
     auto found = unscaleAndFindInf(shardGradients(), unscale);
     std::vector<at::Tensor> io{found};
     pg_.wait(pg_.allreduce(io));  // a rank's inf is every rank's
@@ -102,13 +100,10 @@ class Zero1Sync final : public GradientSync {
 
   double gradNorm() override { return globalNorm().item<double>(); }
 
-  void clipGradNorm(double max_norm) override {
-    clipToNorm(shardGradients(), globalNorm(), max_norm);
-  }
-
-  void optimizerStep(double lr, const torch::Tensor& found_inf) override {
-    for (auto& group : opt_->param_groups()) group.options().set_lr(lr);
-    optim::setFoundInf(*opt_, found_inf);
+  void step(const OptimizerStep& s) override {
+    if (s.clip_grad_norm > 0) clipToNorm(shardGradients(), globalNorm(), s.clip_grad_norm);
+    for (auto& group : opt_->param_groups()) group.options().set_lr(s.lr);
+    optim::setFoundInf(*opt_, s.found_inf);
     opt_->step();
     if (sharded_)
       reduceExtras();  // the next forward gathers the parameters
@@ -116,7 +111,7 @@ class Zero1Sync final : public GradientSync {
       allGatherParameters();
   }
 
-  void discardGradients() override {
+  void zeroGradients() override {
     torch::NoGradGuard no_grad;
     for (auto& s : shards_) s.bucket.shard.zero_();
     // The step's extras still reach every rank: a skipped step gathers nothing else.
@@ -128,7 +123,33 @@ class Zero1Sync final : public GradientSync {
 
   torch::Tensor extras() const override { return extras_; }
 
-  void withWholeOptimizer(const std::function<void(torch::optim::Optimizer&)>& write) override {
+  PlanReport report() const override {
+    PlanReport r;
+    r.collectives = reducer_->lastStep().collectives;
+    for (double w : reducer_->lastStep().bucket_wait_s) r.wait_s += w;
+    r.optimizer_state_bytes = distributed::optimizerStateBytes(*opt_);
+    auto grads = reducer_->bufferTensors();  // the slices are the flat parameters' .grad too
+    for (const auto& p : model_->parameters()) grads.push_back(p.grad());
+    r.gradient_bytes = distinctStorageBytes(grads);
+    if (sharded_) {
+      r.parameter_bytes = sharded_->shardBytes() + sharded_->gatheredBytes();
+      r.gathered_peak_bytes = sharded_->peakGatheredBytes();
+      r.description = fmt::format("on {}, ZeRO-3 over {} unit(s){}", pg_.backendName(),
+                                  sharded_->unitCount(), prefetch_ ? " with prefetch" : "");
+    } else {
+      auto params = model_->parameters();  // and the flat slices the optimizer steps
+      for (const auto& sh : shards_) params.push_back(sh.param);
+      r.parameter_bytes = distinctStorageBytes(params);
+      r.description = fmt::format("on {} with {} gradient buckets, ZeRO-{}", pg_.backendName(),
+                                  reducer_->bucketCount(), stage_);
+    }
+    return r;
+  }
+
+  PlanState& state() override { return *this; }
+
+ private:
+  void saveWholeOptimizer(const std::function<void(torch::optim::Optimizer&)>& write) override {
     optim::syncStepsToHost(*opt_);
     auto whole = make_optimizer_(model_->parameters(), {});
     gatherStateInto(*whole);
@@ -149,41 +170,6 @@ class Zero1Sync final : public GradientSync {
     if (sharded_) sharded_->forEachUnitOnHost(main, unit_of_bucket_, fn);  // in bucket order
   }
 
-  int64_t optimizerStateBytes() const override { return distributed::optimizerStateBytes(*opt_); }
-
-  int64_t gradientBytes() const override {
-    auto tensors = reducer_->bufferTensors();  // the slices are the flat parameters' .grad too
-    for (const auto& p : model_->parameters()) tensors.push_back(p.grad());
-    return distinctStorageBytes(tensors);
-  }
-
-  int64_t parameterBytes() const override {
-    if (sharded_) return sharded_->shardBytes() + sharded_->gatheredBytes();
-    auto tensors = model_->parameters();  // and the flat slices the optimizer steps
-    for (const auto& s : shards_) tensors.push_back(s.param);
-    return distinctStorageBytes(tensors);
-  }
-
-  int64_t gatheredPeakBytes() const override {
-    return sharded_ ? sharded_->peakGatheredBytes() : 0;
-  }
-
-  SyncStats lastStep() const override {
-    SyncStats s;
-    s.collectives = reducer_->lastStep().collectives;
-    for (double w : reducer_->lastStep().bucket_wait_s) s.wait_s += w;
-    return s;
-  }
-
-  std::string describe() const override {
-    if (sharded_)
-      return fmt::format("on {}, ZeRO-3 over {} unit(s){}", pg_.backendName(),
-                         sharded_->unitCount(), prefetch_ ? " with prefetch" : "");
-    return fmt::format("on {} with {} gradient buckets, ZeRO-{}", pg_.backendName(),
-                       reducer_->bucketCount(), stage_);
-  }
-
- private:
   struct Shard {
     BucketLayout bucket;
     torch::Tensor param;  // this rank's slice of the flattened bucket, updated by opt_
@@ -217,14 +203,14 @@ class Zero1Sync final : public GradientSync {
   void allGatherParameters();
   void reduceExtras();
   void shardParameters(const std::map<const c10::TensorImpl*, int64_t>& unit_of,
-                       std::vector<int64_t> unit_of_layer, const SyncSetup& s);
+                       std::vector<int64_t> unit_of_layer, const PlanSetup& s);
   void gatherStateInto(torch::optim::Optimizer& whole);
 
   std::shared_ptr<torch::nn::Module> model_;
   ProcessGroup& pg_;
   int64_t rank_, world_;
   int64_t stage_;  // 1, 2 or 3
-  GradientSync::MakeOptimizer make_optimizer_;
+  ParallelPlan::MakeOptimizer make_optimizer_;
   size_t extra_count_;
   std::function<void(float*)> fill_extras_;
   std::unique_ptr<BucketReducer> reducer_;
@@ -241,8 +227,8 @@ class Zero1Sync final : public GradientSync {
 
 // Each bucket is one unit: its flat slice becomes the only copy of its parameters this rank
 // keeps.
-void Zero1Sync::shardParameters(const std::map<const c10::TensorImpl*, int64_t>& unit_of,
-                                std::vector<int64_t> unit_of_layer, const SyncSetup& s) {
+void ZeroPlan::shardParameters(const std::map<const c10::TensorImpl*, int64_t>& unit_of,
+                               std::vector<int64_t> unit_of_layer, const PlanSetup& s) {
   const int64_t units =
       unit_of_layer.empty() ? 0 : *std::max_element(unit_of_layer.begin(), unit_of_layer.end()) + 1;
   if (units != static_cast<int64_t>(shards_.size()))
@@ -262,7 +248,7 @@ void Zero1Sync::shardParameters(const std::map<const c10::TensorImpl*, int64_t>&
   set_layer_hooks_(sharded_);
 }
 
-std::vector<UnitShard> Zero1Sync::unitShards() {
+std::vector<UnitShard> ZeroPlan::unitShards() {
   if (!sharded_) return {};
   optim::syncStepsToHost(*opt_);
   const auto names = reducer_->bucketParameterNames();
@@ -283,7 +269,7 @@ std::vector<UnitShard> Zero1Sync::unitShards() {
 }
 
 // Stage 3 has no all-gather after the step for the extras to ride on: they get an all-reduce.
-void Zero1Sync::reduceExtras() {
+void ZeroPlan::reduceExtras() {
   if (extra_count_ == 0) return;
   std::vector<float> v(extra_count_, 0.f);
   if (fill_extras_) fill_extras_(v.data());
@@ -296,7 +282,7 @@ void Zero1Sync::reduceExtras() {
 
 // Every bucket's all-gather is started before any is waited on; the extras ride on the last one
 // (each rank's row carries its values, summed over the rows afterwards).
-void Zero1Sync::allGatherParameters() {
+void ZeroPlan::allGatherParameters() {
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> gathered;
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
@@ -328,7 +314,7 @@ void Zero1Sync::allGatherParameters() {
 
 // Gathered on rank 0 only, shard by shard into host memory: no rank ever holds more than one
 // bucket's worth of the whole state on its device.
-void Zero1Sync::gatherStateInto(torch::optim::Optimizer& whole) {
+void ZeroPlan::gatherStateInto(torch::optim::Optimizer& whole) {
   torch::NoGradGuard no_grad;
   for (const auto& s : shards_) {
     ParamState st;
@@ -358,7 +344,7 @@ void Zero1Sync::gatherStateInto(torch::optim::Optimizer& whole) {
   }
 }
 
-void Zero1Sync::loadWholeOptimizer(const torch::optim::Optimizer& whole) {
+void ZeroPlan::loadWholeOptimizer(const torch::optim::Optimizer& whole) {
   torch::NoGradGuard no_grad;
   for (const auto& s : shards_) {
     const size_t n = s.bucket.params.size();
@@ -389,8 +375,8 @@ void Zero1Sync::loadWholeOptimizer(const torch::optim::Optimizer& whole) {
 
 }  // namespace
 
-std::unique_ptr<GradientSync> makeZero1Sync(SyncSetup setup) {
-  return std::make_unique<Zero1Sync>(std::move(setup));
+std::unique_ptr<ParallelPlan> makeZeroPlan(PlanSetup setup) {
+  return std::make_unique<ZeroPlan>(std::move(setup));
 }
 
 }  // namespace ltrain::distributed

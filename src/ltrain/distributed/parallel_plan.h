@@ -1,0 +1,185 @@
+// The parallel plan: how a model is spread over ranks and devices, decided in one place
+// (parallelize) and driven by the training step through one small interface, whatever the
+// strategy. Per optimizer step the step calls, in order:
+//   prepare(MicroStep::forward(..)) before each micro-batch, finishGradients(unscale),
+//   step({lr, clip, found_inf}) (or zeroGradients() for a skipped step);
+// the reporter reads gradNorm(), extras() and report(); checkpoints read and write state().
+// Strategies, one file each, are listed in strategies.cpp: ddp_plan.cpp (every rank keeps the
+// whole model; gradients all-reduced in buckets while backward runs; one process: nothing to
+// reduce) and zero_plan.cpp (ZeRO-1/2: gradients reduce-scattered, each rank steps its slice,
+// parameters all-gathered; ZeRO-3: parameters stay sharded, gathered unit by unit around each
+// layer's forward and backward, sharded_parameters.h). A new strategy is a new file and a row.
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ltrain/config/experiment_config.h"
+#include "ltrain/distributed/bucket_reducer.h"
+#include "ltrain/models/layer_hooks.h"
+#include "ltrain/models/model.h"
+
+namespace ltrain::distributed {
+
+class ProcessGroup;
+
+// What one rank holds of the model and the optimizer, unit by unit, where each rank writes its
+// own part of a checkpoint (checkpoint/sharded_checkpoint.h).
+struct UnitShard {
+  struct Param {
+    std::string name;
+    std::vector<int64_t> shape;
+    int64_t offset = 0;  // where it starts in the unit's flat layout
+  };
+  std::vector<Param> params;
+  int64_t padded = 0;    // the flat layout's length, a multiple of the world size
+  int64_t begin = 0;     // where this rank's slice starts in it
+  torch::Tensor values;  // the slice of the parameters
+  int64_t optimizer_step = 0;
+  std::vector<std::pair<std::string, torch::Tensor>> state;  // the slice of each state tensor
+};
+
+// Where the step stands when it calls prepare().
+struct MicroStep {
+  bool first = false;  // the step's first micro-batch: the gradients are cleared
+  // Its backward completes the step's gradients (earlier ones accumulate locally, as DDP's
+  // no_sync).
+  bool last = false;
+  // model.pipeline_schedule 1f1b, >= 0: every micro-batch was prepared with last=false, and the
+  // next backward through this pipeline stage completes that stage's gradients.
+  int64_t last_backward_of_stage = -1;
+
+  static MicroStep forward(bool first, bool last) { return {first, last, -1}; }
+  static MicroStep lastBackwardOf(size_t stage) {
+    return {false, false, static_cast<int64_t>(stage)};
+  }
+};
+
+struct OptimizerStep {
+  double lr = 0;
+  double clip_grad_norm = 0;  // > 0: the gradients are first scaled to at most this global norm
+  // From finishGradients; the step is skipped on the device where it is 1 (undefined: never).
+  torch::Tensor found_inf;
+};
+
+// What the reporter reads of a plan.
+struct PlanReport {
+  std::string description;  // for the start-up line: "on gloo with 3 gradient buckets"; ""
+  int64_t collectives = 0;  // gradient collectives issued in the last step
+  double wait_s = 0;        // time the last step waited for them
+  int64_t optimizer_state_bytes = 0;
+  // After a step: the parameters' .grad, the buckets' buffers and reduced slices, each once.
+  int64_t gradient_bytes = 0;
+  int64_t parameter_bytes = 0;      // between steps: the model's, and any flat copies
+  int64_t gathered_peak_bytes = 0;  // sharded parameters: the most gathered at once so far
+};
+
+// The plan's part of a checkpoint: the optimizer state (whole or sharded) and, where the
+// parameters are sharded, each rank's slices. The checkpoint module reads it without knowing
+// which strategy made it.
+class PlanState {
+ public:
+  virtual ~PlanState() = default;
+  // The optimizer state in a single process's form, so that a run resumes under any strategy
+  // and world size. Collective: every rank calls it; `write` runs on rank 0 with an optimizer
+  // over the whole model holding the whole state.
+  virtual void saveWholeOptimizer(const std::function<void(torch::optim::Optimizer&)>& write) = 0;
+  // After every rank loaded the same checkpoint into `whole` (an optimizer over the whole model,
+  // its state on the CPU): each rank takes its part, next to its parameters.
+  virtual void loadWholeOptimizer(const torch::optim::Optimizer& whole) = 0;
+  // Non-empty where the parameters are sharded: this rank's units, and each rank then writes
+  // its own part of a checkpoint.
+  virtual std::vector<UnitShard> unitShards() { return {}; }
+  // Collective, where unitShards() is not empty: unit by unit, in its order, `fn(u, params)` on
+  // the main rank with unit u's parameters gathered onto the host, in UnitShard::params' order.
+  virtual void forEachUnitOnHost(
+      bool /*main*/, const std::function<void(size_t, const std::vector<torch::Tensor>&)>& /*fn*/) {
+  }
+};
+
+class ParallelPlan {
+ public:
+  // The optimizer of `params`; `decay_masks` (ZeRO's flat slices): per parameter, 1 where the
+  // element belongs to a matrix (optimizer.decay matrices), else empty.
+  using MakeOptimizer = std::function<std::unique_ptr<torch::optim::Optimizer>(
+      std::vector<torch::Tensor> params, std::vector<torch::Tensor> decay_masks)>;
+  virtual ~ParallelPlan() = default;
+
+  // Before each micro-batch's forward, or a 1F1B stage's last backward (MicroStep).
+  virtual void prepare(const MicroStep& m) = 0;
+  // After the last micro-batch's backward: the gradients are averaged over ranks and multiplied
+  // by `unscale` (fp16's 1/scale, a 1-element tensor; undefined: 1). Returns a 1-element tensor,
+  // the same on every rank, that is 1 when any rank's gradients hold inf or nan, else 0; on the
+  // device, so that nothing waits for it.
+  virtual torch::Tensor finishGradients(const torch::Tensor& unscale) = 0;
+  // The global L2 norm of the averaged gradients (collective where they are sharded).
+  virtual double gradNorm() = 0;
+  // Clips (clip_grad_norm_) and steps the optimizer; afterwards every rank holds the same
+  // parameters.
+  virtual void step(const OptimizerStep& s) = 0;
+  // A skipped step: its gradients are dropped (zeroed, so that logs report them as 0).
+  virtual void zeroGradients() = 0;
+  // Scalars summed over ranks by the step's last collective (no collective of their own): what
+  // they mean is the caller's (PlanSetup::fill_extras). After step() or zeroGradients(), on the
+  // gradients' device.
+  virtual torch::Tensor extras() const = 0;
+  virtual PlanReport report() const = 0;
+  virtual PlanState& state() = 0;
+};
+
+// A device's share of the model: its parameters (with their names) and buffers.
+struct DeviceShare {
+  torch::Device device{torch::kCPU};
+  ReducedTensors tensors;
+};
+
+// What a strategy is given to make its plan.
+struct PlanSetup {
+  std::shared_ptr<torch::nn::Module> model;
+  // One entry per device the model spans (a pipeline's stages, in order), else one.
+  std::vector<DeviceShare> shares;
+  ParallelPlan::MakeOptimizer make_optimizer;
+  ProcessGroup* pg = nullptr;  // null: one process
+  config::DistConfig dist;
+  size_t extra_scalars = 0;
+  std::function<void(float*)> fill_extras;
+  // Each top-level layer's parameters (the units of sharded parameters are made of them), and how
+  // to install the hooks that run around each layer's forward (null: uninstall).
+  std::vector<std::vector<torch::Tensor>> layer_params;
+  std::function<void(std::shared_ptr<models::LayerHooks>)> set_layer_hooks;
+};
+
+// A way of spreading a model. The first strategy in strategies() that claims a setup makes its
+// plan.
+struct Strategy {
+  std::string name;
+  std::function<bool(const PlanSetup&)> claims;
+  std::function<std::unique_ptr<ParallelPlan>(PlanSetup)> make;
+};
+
+// The strategies in the order they are tried (strategies.cpp lists them; a test may put its own
+// first).
+std::vector<Strategy>& strategies();
+std::unique_ptr<ParallelPlan> planFor(PlanSetup setup);
+
+// What the trainer adds to a plan: the optimizer, and the extra scalars its stop vote rides on.
+struct PlanHooks {
+  ParallelPlan::MakeOptimizer make_optimizer;
+  size_t extra_scalars = 0;
+  std::function<void(float*)> fill_extras;
+};
+
+// The one call that decides how a placed model is spread over `pg`'s ranks (null: one process):
+// its devices (a pipeline's stages), its layers, and dist.* pick the strategy.
+std::unique_ptr<ParallelPlan> parallelize(models::Classifier& model, const config::DistConfig& dist,
+                                          ProcessGroup* pg, PlanHooks hooks);
+
+// One file each; strategies.cpp lists them.
+std::unique_ptr<ParallelPlan> makeDdpPlan(PlanSetup setup);
+std::unique_ptr<ParallelPlan> makeZeroPlan(PlanSetup setup);
+
+}  // namespace ltrain::distributed
