@@ -6,6 +6,7 @@
 #include "fuzz_file.h"
 #include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/common/errors.h"
+#include "ltrain/common/rng_streams.h"
 #include "ltrain/config/schema.h"
 #include "ltrain/models/model.h"
 #include "ltrain/optim/optimizer.h"
@@ -20,7 +21,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto opt = ltrain::optim::makeOptimizer(cfg.optimizer, model->parameters());
   const std::string path = ltrain::fuzz::writeScratch(data, size, ".pt");
   try {
-    ltrain::checkpoint::loadCheckpoint(path, *model, *opt);
+    ltrain::checkpoint::LoopState loop;  // and the generators: a resume's components
+    ltrain::RngStreams rng(torch::kCPU);
+    ltrain::checkpoint::loadCheckpoint(path, *model, *opt, {&loop, &rng});
   } catch (const ltrain::UsageError&) {
   }
   return 0;

@@ -159,7 +159,7 @@ std::vector<torch::Tensor> finalWeights(const std::string& run) {
   auto opt = ltrain::optim::makeOptimizer(cfg.optimizer, m->parameters());
   auto ckpt = ltrain::checkpoint::newestCheckpoint(run + "/checkpoints");
   REQUIRE(ckpt);
-  ltrain::checkpoint::loadCheckpoint(*ckpt, *m, *opt);
+  ltrain::checkpoint::loadCheckpoint(*ckpt, *m, *opt, {});
   return m->parameters();
 }
 std::vector<std::string> trainArgs(const std::string& cfg, const std::string& out, int batch,

@@ -57,7 +57,7 @@ std::vector<torch::Tensor> modelTensors(const std::string& ckpt) {
   cfg.optimizer.name = ltrain::config::OptimizerName::kAdamw;
   auto m = ltrain::models::build(cfg.model, {1, 6, 6}, 10);
   auto opt = ltrain::optim::makeOptimizer(cfg.optimizer, m->parameters());
-  ltrain::checkpoint::loadCheckpoint(ckpt, *m, *opt);
+  ltrain::checkpoint::loadCheckpoint(ckpt, *m, *opt, {});
   return m->parameters();
 }
 }  // namespace

@@ -1,4 +1,5 @@
-// Checkpoint round trip: weights, optimizer state, loop position and RNG state come back.
+// Checkpoint round trip: weights, optimizer state, and each stateful component (loop position,
+// loss scaler, loss tally, RNG state) come back.
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
@@ -8,12 +9,35 @@
 
 #include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/common/errors.h"
+#include "ltrain/common/rng_streams.h"
 #include "ltrain/config/schema.h"
 #include "ltrain/models/model.h"
 #include "ltrain/optim/optimizer.h"
+#include "ltrain/train/grad_scaler.h"
+#include "ltrain/train/loss_tally.h"
 #include "support/process.h"
 
 using Catch::Matchers::Contains;
+using ltrain::checkpoint::LoopState;
+
+namespace {
+
+// A training checkpoint's components besides the model and the optimizer: the loop position
+// and the random generators (the trainer adds the loss scaler and the loss tally).
+void save(const std::string& path, torch::nn::Module& m, torch::optim::Optimizer& opt,
+          LoopState st) {
+  ltrain::RngStreams rng(torch::kCPU);
+  ltrain::checkpoint::saveCheckpoint(path, m, opt, {&st, &rng});
+}
+
+LoopState load(const std::string& path, torch::nn::Module& m, torch::optim::Optimizer& opt) {
+  LoopState st;
+  ltrain::RngStreams rng(torch::kCPU);
+  ltrain::checkpoint::loadCheckpoint(path, m, opt, {&st, &rng});
+  return st;
+}
+
+}  // namespace
 
 TEST_CASE("a checkpoint restores weights, optimizer state, position and the RNG stream") {
   ltrain::test::TempDir dir;
@@ -26,15 +50,15 @@ TEST_CASE("a checkpoint restores weights, optimizer state, position and the RNG 
                                        torch::randint(3, {8}))
       .backward();
   opt->step();
-  ltrain::checkpoint::LoopState st{7, 2, 5, 1234};
+  LoopState st{7, 2, 5, 1234};
   const auto path = ltrain::checkpoint::checkpointPath(dir.path(), st.step);
-  ltrain::checkpoint::saveCheckpoint(path, *m, *opt, st);
+  save(path, *m, *opt, st);
   auto next_random = torch::rand({4});  // what the RNG gives right after the save
 
   torch::manual_seed(99);
   auto m2 = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
   auto opt2 = ltrain::optim::makeOptimizer(cfg.optimizer, m2->parameters());
-  auto back = ltrain::checkpoint::loadCheckpoint(path, *m2, *opt2);
+  auto back = load(path, *m2, *opt2);
   CHECK(back.step == 7);
   CHECK(back.epoch == 2);
   CHECK(back.batch_in_epoch == 5);
@@ -64,23 +88,23 @@ TEST_CASE("a corrupt checkpoint is a usage error naming the file and the damage"
   auto m = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
   auto opt = ltrain::optim::makeOptimizer(cfg.optimizer, m->parameters());
   const std::string path = dir / "step-00000001.pt";
-  auto load = [&] { ltrain::checkpoint::loadCheckpoint(path, *m, *opt); };
+  auto load_it = [&] { load(path, *m, *opt); };
   ltrain::test::writeText(path, "not a checkpoint, but long enough");
-  CHECK_THROWS_WITH(load(), Contains("step-00000001.pt' is unusable: not an ltrain checkpoint"));
-  CHECK_THROWS_AS(load(), ltrain::UsageError);
+  CHECK_THROWS_WITH(load_it(), Contains("step-00000001.pt' is unusable: not an ltrain checkpoint"));
+  CHECK_THROWS_AS(load_it(), ltrain::UsageError);
 
-  ltrain::checkpoint::saveCheckpoint(path, *m, *opt, {1, 0, 0, 0});
+  save(path, *m, *opt, {1, 0, 0, 0});
   const std::string good = ltrain::test::readText(path);
   ltrain::test::writeText(path, good.substr(0, good.size() - 100));
-  CHECK_THROWS_WITH(load(), Contains("is unusable: truncated"));
+  CHECK_THROWS_WITH(load_it(), Contains("is unusable: truncated"));
   for (size_t at : {size_t{30}, good.size() / 2, good.size() - 1}) {  // one bit anywhere
     std::string flipped = good;
     flipped[at] ^= 0x01;
     ltrain::test::writeText(path, flipped);
-    CHECK_THROWS_WITH(load(), Contains("is unusable: checksum mismatch"));
+    CHECK_THROWS_WITH(load_it(), Contains("is unusable: checksum mismatch"));
   }
   ltrain::test::writeText(path, good);
-  CHECK_NOTHROW(load());
+  CHECK_NOTHROW(load_it());
 }
 
 // A small tmpfs is a disk that fills up; mounting one needs root, so elsewhere this is skipped.
@@ -89,7 +113,7 @@ TEST_CASE("a full disk fails the save clearly and leaves the previous checkpoint
   auto cfg = ltrain::config::defaults();
   auto m = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
   auto opt = ltrain::optim::makeOptimizer(cfg.optimizer, m->parameters());
-  ltrain::checkpoint::saveCheckpoint(dir / "probe.pt", *m, *opt, {});
+  save(dir / "probe.pt", *m, *opt, {});
   const auto pages = (std::filesystem::file_size(dir / "probe.pt") + 4095) / 4096;
   const std::string disk = dir / "disk";
   std::filesystem::create_directory(disk);
@@ -107,13 +131,13 @@ TEST_CASE("a full disk fails the save clearly and leaves the previous checkpoint
     }
   } unmount{disk};
   const std::string first = disk + "/step-00000001.pt";
-  ltrain::checkpoint::saveCheckpoint(first, *m, *opt, {1, 0, 0, 0});
-  CHECK_THROWS_WITH(ltrain::checkpoint::saveCheckpoint(disk + "/step-00000002.pt", *m, *opt, {2}),
+  save(first, *m, *opt, {1, 0, 0, 0});
+  CHECK_THROWS_WITH(save(disk + "/step-00000002.pt", *m, *opt, {2}),
                     Contains("cannot write checkpoint '" + disk + "/step-00000002.pt'") &&
                         Contains("No space left on device"));
   CHECK_FALSE(std::filesystem::exists(disk + "/step-00000002.pt"));
   CHECK(ltrain::checkpoint::checkpointsNewestFirst(disk) == std::vector<std::string>{first});
-  CHECK(ltrain::checkpoint::loadCheckpoint(first, *m, *opt).step == 1);
+  CHECK(load(first, *m, *opt).step == 1);
 }
 
 TEST_CASE("saving into an unwritable place fails clearly and leaves the previous file intact") {
@@ -121,10 +145,10 @@ TEST_CASE("saving into an unwritable place fails clearly and leaves the previous
   auto cfg = ltrain::config::defaults();
   auto m = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
   auto opt = ltrain::optim::makeOptimizer(cfg.optimizer, m->parameters());
-  CHECK_THROWS_WITH(ltrain::checkpoint::saveCheckpoint(dir / "no/such/dir/x.pt", *m, *opt, {}),
+  CHECK_THROWS_WITH(save(dir / "no/such/dir/x.pt", *m, *opt, {}),
                     Contains("cannot write checkpoint"));
   const auto path = dir / "step-00000003.pt";
-  ltrain::checkpoint::saveCheckpoint(path, *m, *opt, {3, 0, 0, 0});
+  save(path, *m, *opt, {3, 0, 0, 0});
   const auto size = std::filesystem::file_size(path);
   std::filesystem::permissions(
       dir.path(), std::filesystem::perms::owner_read | std::filesystem::perms::owner_exec);
@@ -133,7 +157,7 @@ TEST_CASE("saving into an unwritable place fails clearly and leaves the previous
     SUCCEED("running as a user who can write anywhere; the read-only half is not testable here");
     return;
   }
-  CHECK_THROWS(ltrain::checkpoint::saveCheckpoint(path, *m, *opt, {4, 0, 0, 0}));
+  CHECK_THROWS(save(path, *m, *opt, {4, 0, 0, 0}));
   std::filesystem::permissions(dir.path(), std::filesystem::perms::owner_all);
   CHECK(std::filesystem::file_size(path) == size);
 }
@@ -163,4 +187,76 @@ TEST_CASE("pruning sharded checkpoints deletes ltrain's files only, never the us
   CHECK(ltrain::test::readText(dir / "step-00000001.shards/data.tmp.123") == "mine");
   CHECK_FALSE(fs::exists(dir / "step-00000001.shards/index.json.tmp.77"));
   CHECK(ltrain::test::readText(dir / "keep-me.txt") == "mine");
+}
+
+namespace {
+
+// A component whose state is whatever the test gives it.
+struct Fixed final : ltrain::Stateful {
+  ltrain::StateDict dict;
+  ltrain::StateDict state() const override { return dict; }
+  void load(const ltrain::StateDict& s) override { dict = s; }
+};
+
+}  // namespace
+
+TEST_CASE("each component saves and loads its own state, and the checkpoint does not know them") {
+  ltrain::test::TempDir dir;
+  auto cfg = ltrain::config::defaults();
+  auto m = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
+  auto opt = ltrain::optim::makeOptimizer(cfg.optimizer, m->parameters());
+  LoopState loop{9, 1, 3, 576};
+  loop.epoch_examples = 96, loop.world_size = 4;
+  ltrain::train::GradScaler scaler(true);
+  scaler.update(torch::ones({1}));  // an inf step: the scale halves, the tracker restarts
+  scaler.update(torch::zeros({1}));
+  ltrain::train::LossTally tally(torch::kCPU);
+  tally.add(torch::tensor(2.0), torch::Tensor(), false, 1);
+  tally.add(torch::tensor(4.0), torch::Tensor(), false, 2);
+  tally.add(torch::tensor(0.0), torch::Tensor(), true, 3);
+  Fixed other;  // a component the checkpoint module has never heard of
+  other.dict = {{"my_counter", ltrain::stateScalar(int64_t{41})},
+                {"my_table", torch::arange(6, torch::kFloat).reshape({2, 3})}};
+  const auto path = dir / "step-00000009.pt";
+  ltrain::checkpoint::saveCheckpoint(path, *m, *opt, {&loop, &scaler, &tally, &other});
+
+  LoopState loop2;
+  ltrain::train::GradScaler scaler2(true);
+  ltrain::train::LossTally tally2(torch::kCPU);
+  Fixed other2;
+  other2.dict = {{"my_counter", ltrain::stateScalar(int64_t{0})},
+                 {"my_table", torch::zeros({2, 3})},
+                 {"my_new_entry", ltrain::stateScalar(1.0)}};  // not in the older checkpoint
+  ltrain::checkpoint::loadCheckpoint(path, *m, *opt, {&loop2, &scaler2, &tally2, &other2});
+  CHECK(loop2.step == 9);
+  CHECK(loop2.samples == 576);
+  CHECK(loop2.epoch_examples == 96);
+  CHECK(loop2.world_size == 4);
+  CHECK(scaler2.scale() == 32768.0);
+  CHECK(scaler2.growthTracker() == 1);
+  CHECK(tally2.read().epoch_sum == 6.0);
+  CHECK(tally2.read().epoch_count == 2);
+  CHECK(tally2.read().skipped == 1);
+  REQUIRE(other2.dict.size() == 2);  // what the checkpoint held of its names, no more
+  CHECK(other2.dict[0].second.item<int64_t>() == 41);
+  CHECK(torch::equal(other2.dict[1].second, torch::arange(6, torch::kFloat).reshape({2, 3})));
+}
+
+TEST_CASE("a checkpoint whose generator state is the wrong size is refused, naming it") {
+  ltrain::test::TempDir dir;
+  auto cfg = ltrain::config::defaults();
+  auto m = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
+  auto opt = ltrain::optim::makeOptimizer(cfg.optimizer, m->parameters());
+  Fixed forged;
+  forged.dict = {{"rng_cpu", torch::zeros({3}, torch::kByte)}};
+  const auto path = dir / "step-00000001.pt";
+  ltrain::checkpoint::saveCheckpoint(path, *m, *opt, {&forged});
+  ltrain::RngStreams rng(torch::kCPU);
+  torch::manual_seed(3);
+  const auto expected = torch::rand({4});
+  torch::manual_seed(3);
+  CHECK_THROWS_WITH(ltrain::checkpoint::loadCheckpoint(path, *m, *opt, {&rng}),
+                    Contains("step-00000001.pt' is unusable") &&
+                        Contains("'rng_cpu' is not a generator state of"));
+  CHECK(torch::equal(torch::rand({4}), expected));  // the generator was left as it was
 }

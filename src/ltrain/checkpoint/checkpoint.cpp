@@ -88,13 +88,37 @@ void loadModel(torch::serialize::InputArchive& ar, torch::nn::Module& model,
   guard.check(path);
 }
 
-int64_t readInt(torch::serialize::InputArchive& ar, const char* key) {
-  torch::Tensor t;
-  ar.read(key, t);
-  return t.item<int64_t>();
+// Each component's entries that the archive holds, under the names the component gives them.
+std::vector<StateDict> readComponents(torch::serialize::InputArchive& ar, const Components& parts) {
+  std::vector<StateDict> out;
+  for (const auto* part : parts) {
+    StateDict got;
+    for (const auto& [name, now] : part->state()) {
+      torch::Tensor t;
+      if (ar.try_read(name, t)) got.emplace_back(name, t);
+    }
+    out.push_back(std::move(got));
+  }
+  return out;
 }
 
 }  // namespace
+
+StateDict LoopState::state() const {
+  return {{"step", stateScalar(step)},
+          {"epoch", stateScalar(epoch)},
+          {"batch_in_epoch", stateScalar(batch_in_epoch)},
+          {"samples", stateScalar(samples)},
+          {"epoch_examples", stateScalar(epoch_examples)},
+          {"world_size", stateScalar(world_size)}};
+}
+
+void LoopState::load(const StateDict& s) {
+  step = stateInt(s, "step", 0, true), epoch = stateInt(s, "epoch", 0, true);
+  batch_in_epoch = stateInt(s, "batch_in_epoch", 0, true);
+  samples = stateInt(s, "samples", 0, true);
+  epoch_examples = stateInt(s, "epoch_examples", -1), world_size = stateInt(s, "world_size", 0);
+}
 
 std::string checkpointPath(const std::string& dir, int64_t step) {
   return fmt::format("{}/step-{:08d}.pt", dir, step);
@@ -135,34 +159,15 @@ void pruneCheckpoints(const std::string& dir, int64_t keep) {
 }
 
 void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& opt,
-                    const LoopState& s, torch::Device device) {
+                    const Components& parts) {
   torch::serialize::OutputArchive ar, model_ar, opt_ar;
   model.save(model_ar);
   optim::syncStepsToHost(opt);  // Adam's step counts live on the device between checkpoints
   opt.save(opt_ar);
   ar.write("model", model_ar);
   ar.write("optimizer", opt_ar);
-  ar.write("step", torch::tensor(s.step));
-  ar.write("epoch", torch::tensor(s.epoch));
-  ar.write("batch_in_epoch", torch::tensor(s.batch_in_epoch));
-  ar.write("samples", torch::tensor(s.samples));
-  ar.write("loss_scale", torch::tensor(s.loss_scale, torch::kDouble));
-  ar.write("scale_growth_tracker", torch::tensor(s.scale_growth_tracker));
-  ar.write("skipped_steps", torch::tensor(s.skipped_steps));
-  ar.write("epoch_loss_sum", torch::tensor(s.epoch_loss_sum, torch::kDouble));
-  ar.write("epoch_loss_count", torch::tensor(s.epoch_loss_count));
-  ar.write("epoch_examples", torch::tensor(s.epoch_examples));
-  ar.write("world_size", torch::tensor(s.world_size));
-  {
-    auto gen = at::detail::getDefaultCPUGenerator();
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    ar.write("rng_cpu", gen.get_state());
-  }
-  if (device.is_cuda()) {  // dropout on the GPU draws from the device's generator
-    auto gen = at::globalContext().defaultGenerator(device);
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    ar.write("rng_cuda", gen.get_state());
-  }
+  for (const auto* part : parts)
+    for (const auto& [name, t] : part->state()) ar.write(name, t.cpu());
   try {
     io::writeChecksummed(path, kMagic, [&](const io::ByteSink& sink) {
       // torch's zip writer must not see a failed write: neither an exception through its callback
@@ -191,7 +196,7 @@ void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::op
 
 void loadCheckpointModel(const std::string& path, torch::nn::Module& model) {
   if (isShardedCheckpoint(path)) {
-    loadShardedCheckpoint(path, model, nullptr, torch::kCPU);
+    loadShardedCheckpoint(path, model, nullptr, {});
     return;
   }
   try {
@@ -207,46 +212,24 @@ void loadCheckpointModel(const std::string& path, torch::nn::Module& model) {
   }
 }
 
-LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
-                         torch::optim::Optimizer& opt, torch::Device device) {
-  if (isShardedCheckpoint(path)) return loadShardedCheckpoint(path, model, &opt, device);
-  LoopState s;
+void loadCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& opt,
+                    const Components& parts) {
+  if (isShardedCheckpoint(path)) {
+    loadShardedCheckpoint(path, model, &opt, parts);
+    return;
+  }
   try {
     torch::serialize::InputArchive ar, opt_ar;
     std::string bytes;
     openArchive(path, ar, bytes);
+    const auto states = readComponents(ar, parts);  // all read before anything changes
     loadModel(ar, model, path);
     ar.read("optimizer", opt_ar);
     opt.load(opt_ar);
-    s.step = readInt(ar, "step");
-    s.epoch = readInt(ar, "epoch");
-    s.batch_in_epoch = readInt(ar, "batch_in_epoch");
-    s.samples = readInt(ar, "samples");
-    torch::Tensor scale;
-    ar.read("loss_scale", scale);
-    s.loss_scale = scale.item<double>();
-    s.scale_growth_tracker = readInt(ar, "scale_growth_tracker");
-    s.skipped_steps = readInt(ar, "skipped_steps");
-    torch::Tensor loss_sum;
-    ar.read("epoch_loss_sum", loss_sum);
-    s.epoch_loss_sum = loss_sum.item<double>();
-    s.epoch_loss_count = readInt(ar, "epoch_loss_count");
-    torch::Tensor t;
-    if (ar.try_read("epoch_examples", t)) s.epoch_examples = t.item<int64_t>();
-    if (ar.try_read("world_size", t)) s.world_size = t.item<int64_t>();
-    torch::Tensor rng;
-    ar.read("rng_cpu", rng);
-    {
-      auto gen = at::detail::getDefaultCPUGenerator();
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(rng);
-    }
-    // A CPU run's checkpoint resumed on a GPU (or the reverse) keeps the seeded device state.
-    torch::Tensor rng_cuda;
-    if (device.is_cuda() && ar.try_read("rng_cuda", rng_cuda)) {
-      auto gen = at::globalContext().defaultGenerator(device);
-      std::lock_guard<std::mutex> lock(gen.mutex());
-      gen.set_state(rng_cuda);
+    try {
+      for (size_t i = 0; i < parts.size(); ++i) parts[i]->load(states[i]);
+    } catch (const std::runtime_error& e) {
+      throw UsageError(fmt::format("checkpoint '{}' is unusable: {}", path, e.what()));
     }
   } catch (const c10::Error& e) {
     std::string why = e.what_without_backtrace();
@@ -264,7 +247,6 @@ LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
                     "optimizer): {}",
                     path, why));
   }
-  return s;
 }
 
 }  // namespace ltrain::checkpoint

@@ -1,6 +1,7 @@
-// Checkpoints: model parameters and buffers, optimizer state, the loop position (step, epoch,
-// micro-batch within the epoch) and the RNG states (the CPU's, and the GPU's of a CUDA run), so
-// that a resumed run continues exactly. Tensors are read back onto the CPU.
+// Checkpoints: the model's parameters and buffers, the optimizer state, and the run's other
+// stateful components (common/stateful.h: the loop position, the loss scaler, the loss tally, the
+// random generators), each written under its own names, so that a resumed run continues
+// exactly. Tensors are read back onto the CPU.
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
@@ -10,33 +11,42 @@
 #include <string>
 #include <vector>
 
+#include "ltrain/common/stateful.h"
+
 namespace ltrain::checkpoint {
 
-struct LoopState {
+// Where the loop stands, and with it the sampler: a resume on another number of processes deals
+// out the rest of the epoch from `epoch_examples`.
+struct LoopState final : Stateful {
   int64_t step = 0;            // optimizer steps done
   int64_t epoch = 0;           // current epoch (0-based)
   int64_t batch_in_epoch = 0;  // micro-batches of `epoch` already consumed
   int64_t samples = 0;         // training examples seen, all ranks together
-  double loss_scale = 0;       // fp16's dynamic loss scale (0: not used)
-  int64_t scale_growth_tracker = 0;
-  int64_t skipped_steps = 0;  // steps skipped for inf/nan gradients
-  double epoch_loss_sum = 0;  // the current epoch's training losses so far (for summary.json)
-  int64_t epoch_loss_count = 0;
   // Positions of the epoch's example order that all ranks together took, and the world size
-  // that took them: a resume on another number of processes deals out the rest of the epoch
-  // (-1: not recorded, the epoch's position is batch_in_epoch of a run of the same size).
+  // that took them (-1: not recorded, the epoch's position is batch_in_epoch of a run of the
+  // same size).
   int64_t epoch_examples = -1;
   int64_t world_size = 0;
+
+  LoopState() = default;
+  LoopState(int64_t step_, int64_t epoch_ = 0, int64_t batch_ = 0, int64_t samples_ = 0)
+      : step(step_), epoch(epoch_), batch_in_epoch(batch_), samples(samples_) {}
+  StateDict state() const override;
+  void load(const StateDict& s) override;
 };
 
+// The components a checkpoint holds besides the model and the optimizer; their names are
+// disjoint.
+using Components = std::vector<Stateful*>;
+
 // Written atomically: a crash or a full disk leaves the previous checkpoint as it was.
-// `device`: the run's device, whose generator is saved too when it is a GPU.
 void saveCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& opt,
-                    const LoopState& state, torch::Device device = torch::kCPU);
-// Throws UsageError naming the file when it is unreadable, corrupt or from another model. The
-// model and `opt` get CPU tensors: place the model and move the state afterwards.
-LoopState loadCheckpoint(const std::string& path, torch::nn::Module& model,
-                         torch::optim::Optimizer& opt, torch::Device device = torch::kCPU);
+                    const Components& parts);
+// Throws UsageError naming the file when it is unreadable, corrupt or from another model (the
+// model is then as it was). The model and `opt` get CPU tensors: place the model and move the
+// state afterwards.
+void loadCheckpoint(const std::string& path, torch::nn::Module& model, torch::optim::Optimizer& opt,
+                    const Components& parts);
 // The model part alone (for evaluation); UsageError naming the file when it cannot be loaded.
 void loadCheckpointModel(const std::string& path, torch::nn::Module& model);
 // "<dir>/step-00000042.pt" for step 42, and the newest such file in `dir`.

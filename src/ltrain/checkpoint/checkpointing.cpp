@@ -58,28 +58,28 @@ void Checkpointer::saveWeightsStreaming(models::Classifier& model, distributed::
                              "/model.safetensors (its log says why)");
 }
 
-void Checkpointer::save(models::Classifier& model, distributed::PlanState& plan,
-                        const LoopState& state) {
+void Checkpointer::save(models::Classifier& model, distributed::PlanState& plan, int64_t step,
+                        const Components& parts) {
   const std::string dir = run_dir_ + "/checkpoints";
   // Where the parameters are sharded (always so on every rank of a run), no rank holds the
   // whole model: every rank writes its own part, at once; then the weights for Python, one unit
   // at a time.
   if (const auto units = plan.unitShards(); !units.empty()) {
     if (!pg_) throw std::logic_error("sharded parameters without a process group");
-    last_saved_ = shardedCheckpointPath(dir, state.step);
-    saveShardedCheckpoint(last_saved_, units, *model, state, device_, *pg_);
+    last_saved_ = shardedCheckpointPath(dir, step);
+    saveShardedCheckpoint(last_saved_, units, *model, parts, *pg_);
     if (main_) pruneCheckpoints(dir, keep_);
-    saveWeightsStreaming(model, plan, units, state.step);
+    saveWeightsStreaming(model, plan, units, step);
     return;
   }
-  last_saved_ = checkpointPath(dir, state.step);
+  last_saved_ = checkpointPath(dir, step);
   plan.saveWholeOptimizer([&](torch::optim::Optimizer& whole) {
     if (!main_) return;
-    saveCheckpoint(last_saved_, *model, whole, state, device_);
+    saveCheckpoint(last_saved_, *model, whole, parts);
     pruneCheckpoints(dir, keep_);
     // The newest weights, readable by Python (safetensors or torch) under PyTorch's names.
     io::saveSafetensors(run_dir_ + "/model.safetensors", io::moduleState(*model),
-                        {{"step", std::to_string(state.step)}, {"format", "pt"}});
+                        {{"step", std::to_string(step)}, {"format", "pt"}});
   });
 }
 

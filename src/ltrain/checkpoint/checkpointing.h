@@ -1,8 +1,8 @@
-// Checkpoints during training, whatever strategy spread the model: rank 0 writes the loop state
-// with the model and the plan's whole optimizer state (gathered where it is sharded, so every
-// rank takes part); where the plan keeps the parameters sharded (its state has unit shards)
-// every rank writes its own part instead (sharded_checkpoint.h). Rank 0 keeps the newest
-// train.keep_checkpoints and refreshes model.safetensors, the weights Python reads.
+// Checkpoints during training, whatever strategy spread the model: rank 0 writes the run's
+// stateful components with the model and the plan's whole optimizer state (gathered where it is
+// sharded, so every rank takes part); where the plan keeps the parameters sharded (its state has
+// unit shards) every rank writes its own part instead (sharded_checkpoint.h). Rank 0 keeps the
+// newest train.keep_checkpoints and refreshes model.safetensors, the weights Python reads.
 #pragma once
 #include <torch/types.h>
 
@@ -17,11 +17,12 @@ namespace ltrain::checkpoint {
 class Checkpointer {
  public:
   // `pg`: the run's process group (null: one process).
-  Checkpointer(std::string run_dir, int64_t keep, bool main_rank, torch::Device device,
+  Checkpointer(std::string run_dir, int64_t keep, bool main_rank,
                distributed::ProcessGroup* pg = nullptr)
-      : run_dir_(std::move(run_dir)), keep_(keep), main_(main_rank), device_(device), pg_(pg) {}
-  // Collective: every rank calls it after the same step.
-  void save(models::Classifier& model, distributed::PlanState& plan, const LoopState& state);
+      : run_dir_(std::move(run_dir)), keep_(keep), main_(main_rank), pg_(pg) {}
+  // Collective: every rank calls it after step `step`, with the same components.
+  void save(models::Classifier& model, distributed::PlanState& plan, int64_t step,
+            const Components& parts);
   // The checkpoint the last save wrote.
   const std::string& lastSaved() const { return last_saved_; }
 
@@ -31,7 +32,6 @@ class Checkpointer {
   std::string run_dir_;
   int64_t keep_;
   bool main_;
-  torch::Device device_;
   distributed::ProcessGroup* pg_;
   std::string last_saved_;
 };

@@ -19,19 +19,30 @@ namespace ltrain::checkpoint {
 namespace fs = std::filesystem;
 namespace {
 
-LoopState loopFromJson(const io::Json& j) {
-  LoopState s;
-  s.step = j.at("step"), s.epoch = j.at("epoch"), s.batch_in_epoch = j.at("batch_in_epoch");
-  s.samples = j.at("samples"), s.loss_scale = j.at("loss_scale");
-  s.scale_growth_tracker = j.at("scale_growth_tracker"), s.skipped_steps = j.at("skipped_steps");
-  s.epoch_loss_sum = j.at("epoch_loss_sum"), s.epoch_loss_count = j.at("epoch_loss_count");
-  s.epoch_examples = j.at("epoch_examples"), s.world_size = j.at("world_size");
-  return s;
-}
-
-void setGeneratorState(at::Generator gen, const torch::Tensor& state) {
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  gen.set_state(state);
+// What the checkpoint holds of each component's names: numbers from index.json's "loop",
+// tensors from rank 0's file ("state.<name>"; "rng.cpu" and "rng.cuda" before components had
+// names of their own).
+std::vector<StateDict> readComponents(const io::Json& loop,
+                                      const std::map<std::string, torch::Tensor>& rank0,
+                                      const Components& parts) {
+  std::vector<StateDict> out;
+  for (const auto* part : parts) {
+    StateDict got;
+    for (const auto& [name, now] : part->state()) {
+      if (now.dim() == 0) {
+        auto it = loop.find(name);
+        if (it == loop.end()) continue;
+        got.emplace_back(name, it->is_number_integer() ? stateScalar(it->get<int64_t>())
+                                                       : stateScalar(it->get<double>()));
+        continue;
+      }
+      auto it = rank0.find("state." + name);
+      if (it == rank0.end() && name.rfind("rng_", 0) == 0) it = rank0.find("rng." + name.substr(4));
+      if (it != rank0.end()) got.emplace_back(name, it->second);
+    }
+    out.push_back(std::move(got));
+  }
+  return out;
 }
 
 }  // namespace
@@ -63,8 +74,8 @@ bool isShardedCheckpoint(const std::string& path) {
   return fs::is_directory(path, ec);
 }
 
-LoopState loadShardedCheckpoint(const std::string& path, torch::nn::Module& model,
-                                torch::optim::Optimizer* opt, torch::Device device) {
+void loadShardedCheckpoint(const std::string& path, torch::nn::Module& model,
+                           torch::optim::Optimizer* opt, const Components& parts) {
   auto fail = [&](const std::string& why) -> void {
     throw UsageError(fmt::format("checkpoint '{}' {}", path, why));
   };
@@ -72,7 +83,7 @@ LoopState loadShardedCheckpoint(const std::string& path, torch::nn::Module& mode
   if (!fs::is_regular_file(path + "/index.json", ec))
     fail("is incomplete: it has no index.json (written last, once every rank's part is in)");
   const io::Json idx = io::readJsonFile(path + "/index.json");
-  LoopState loop;
+  std::vector<StateDict> component_states;
   std::map<std::string, torch::Tensor> params;
   std::map<std::string, distributed::ParamState> states;
   std::vector<std::map<std::string, torch::Tensor>> files;
@@ -121,7 +132,7 @@ LoopState loadShardedCheckpoint(const std::string& path, torch::nn::Module& mode
           st.tensors.emplace_back(sname, t.narrow(0, offset, numel).view(shape));
       }
     }
-    loop = loopFromJson(idx.at("loop"));
+    component_states = readComponents(idx.at("loop"), files[0], parts);
   } catch (const io::Json::exception& e) {
     fail(fmt::format("is corrupt: index.json: {}", e.what()));
   } catch (const c10::Error& e) {
@@ -158,36 +169,24 @@ LoopState loadShardedCheckpoint(const std::string& path, torch::nn::Module& mode
           fail(fmt::format("holds another optimizer's state ('{}'), not this run's optimizer's",
                            sname));
   }
-  // A resume (an optimizer to fill) takes the generators' states too; a model alone does not.
-  auto rng = files[0].find("rng.cpu");
-  if (opt && rng == files[0].end()) fail("is corrupt: rank 0's file has no generator state");
   for (const auto& [name, t] : params)
     if (t.scalar_type() != torch::kFloat && t.scalar_type() != torch::kBFloat16 &&
         t.scalar_type() != torch::kHalf && t.scalar_type() != torch::kDouble)
       fail(fmt::format("is corrupt: '{}' is not floating point", name));
-  // The generators' states are checked before anything is copied: a refused load changes nothing.
-  auto rng_cuda = files[0].find("rng.cuda");
-  auto checkRng = [&](const char* key, const torch::Tensor& t, at::Generator gen) {
-    std::lock_guard<std::mutex> lock(gen.mutex());
-    const int64_t bytes = gen.get_state().numel();
-    if (t.scalar_type() != torch::kByte || t.numel() != bytes)
-      fail(fmt::format("is corrupt: '{}' is not a generator state of {} bytes", key, bytes));
-  };
-  if (opt) checkRng("rng.cpu", rng->second, at::detail::getDefaultCPUGenerator());
-  if (opt && device.is_cuda() && rng_cuda != files[0].end())
-    checkRng("rng.cuda", rng_cuda->second, at::globalContext().defaultGenerator(device));
+  // The components before the model: one that refuses its part leaves the model as it was.
+  try {
+    for (size_t i = 0; i < parts.size(); ++i) parts[i]->load(component_states[i]);
+  } catch (const std::runtime_error& e) {
+    fail(fmt::format("is unusable: {}", e.what()));
+  }
   torch::NoGradGuard no_grad;
   for (auto& p : named) p.value().copy_(params.at(p.key()));
   for (auto& b : model.named_buffers()) b.value().copy_(files[0].at("buffer." + b.key()));
-  if (!opt) return loop;
+  if (!opt) return;
   for (auto& p : named) {
     const auto& st = states.at(p.key());
     if (!st.tensors.empty()) distributed::writeParamState(*opt, p.value(), st);
   }
-  setGeneratorState(at::detail::getDefaultCPUGenerator(), rng->second);
-  if (device.is_cuda() && rng_cuda != files[0].end())
-    setGeneratorState(at::globalContext().defaultGenerator(device), rng_cuda->second);
-  return loop;
 }
 
 }  // namespace ltrain::checkpoint

@@ -2,11 +2,12 @@
 // at the same time, and no rank gathers the model or the optimizer state to write it:
 //   rank-<r>-of-<W>.safetensors  its slice of each unit's flattened parameters ("u<k>.param") and
 //                                optimizer state ("u<k>.exp_avg", ...); rank 0's also holds the
-//                                buffers ("buffer.<name>") and the random generators' states;
-//   index.json                   written by rank 0 once every rank's file is in: the loop state,
-//                                the world size, and each unit's layout (its parameters' names,
-//                                shapes and offsets, its padded length), from which the slices
-//                                are found again.
+//                                buffers ("buffer.<name>") and the components' tensors
+//                                ("state.<name>": the random generators' states);
+//   index.json                   written by rank 0 once every rank's file is in: the components'
+//                                numbers ("loop": step, epoch, loss scale, ...), the world size,
+//                                and each unit's layout (its parameters' names, shapes and offsets,
+//                                its padded length), from which the slices are found again.
 // The directory is written as step-<N>.shards.partial and renamed when complete: a crash or a full
 // disk leaves no half checkpoint under a checkpoint's name.
 // It is read back whole onto the host, as a .pt checkpoint is, so that it resumes under any zero
@@ -42,12 +43,13 @@ void removeShardedCheckpoint(const std::string& dir);
 // rank that failed, the file) when any rank cannot write; the previous checkpoints stay.
 void saveShardedCheckpoint(const std::string& path,
                            const std::vector<distributed::UnitShard>& units,
-                           torch::nn::Module& model, const LoopState& state, torch::Device device,
+                           torch::nn::Module& model, const Components& parts,
                            distributed::ProcessGroup& pg);
 
-// Into `model` and, when given, `opt` (CPU tensors, as loadCheckpoint gives). UsageError naming
-// the checkpoint when it is incomplete, corrupt, or another model's or optimizer's.
-LoopState loadShardedCheckpoint(const std::string& path, torch::nn::Module& model,
-                                torch::optim::Optimizer* opt, torch::Device device);
+// Into `model`, `parts` and, when given, `opt` (CPU tensors, as loadCheckpoint gives).
+// UsageError naming the checkpoint when it is incomplete, corrupt, or another model's or
+// optimizer's; the model is then as it was.
+void loadShardedCheckpoint(const std::string& path, torch::nn::Module& model,
+                           torch::optim::Optimizer* opt, const Components& parts);
 
 }  // namespace ltrain::checkpoint

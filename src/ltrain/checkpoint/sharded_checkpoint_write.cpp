@@ -14,28 +14,26 @@ namespace ltrain::checkpoint {
 namespace fs = std::filesystem;
 namespace {
 
-io::Json loopJson(const LoopState& s) {
-  return {{"step", s.step},
-          {"epoch", s.epoch},
-          {"batch_in_epoch", s.batch_in_epoch},
-          {"samples", s.samples},
-          {"loss_scale", s.loss_scale},
-          {"scale_growth_tracker", s.scale_growth_tracker},
-          {"skipped_steps", s.skipped_steps},
-          {"epoch_loss_sum", s.epoch_loss_sum},
-          {"epoch_loss_count", s.epoch_loss_count},
-          {"epoch_examples", s.epoch_examples},
-          {"world_size", s.world_size}};
-}
-
-torch::Tensor generatorState(at::Generator gen) {
-  std::lock_guard<std::mutex> lock(gen.mutex());
-  return gen.get_state();
+// The components' numbers go into index.json ("loop"), their other tensors (the generators'
+// states) into rank 0's file as "state.<name>".
+io::Json componentsJson(const Components& parts, io::NamedTensors* tensors) {
+  io::Json j = io::Json::object();
+  for (const auto* part : parts)
+    for (const auto& [name, t] : part->state()) {
+      if (t.dim() > 0) {
+        if (tensors) tensors->emplace_back("state." + name, t.cpu());
+      } else if (t.is_floating_point()) {
+        j[name] = t.item<double>();
+      } else {
+        j[name] = t.item<int64_t>();
+      }
+    }
+  return j;
 }
 
 // This rank's file: its slices, and on rank 0 what every rank has the same of.
 void writeRankFile(const std::string& file, const std::vector<distributed::UnitShard>& units,
-                   torch::nn::Module& model, torch::Device device, bool main) {
+                   torch::nn::Module& model, const Components& parts, bool main) {
   io::NamedTensors t;
   for (size_t k = 0; k < units.size(); ++k) {
     t.emplace_back(fmt::format("u{}.param", k), units[k].values.cpu());
@@ -45,17 +43,16 @@ void writeRankFile(const std::string& file, const std::vector<distributed::UnitS
   if (main) {
     for (const auto& b : model.named_buffers())
       t.emplace_back("buffer." + b.key(), b.value().cpu());
-    t.emplace_back("rng.cpu", generatorState(at::detail::getDefaultCPUGenerator()));
-    if (device.is_cuda())  // dropout on the GPU draws from the device's generator
-      t.emplace_back("rng.cuda", generatorState(at::globalContext().defaultGenerator(device)));
+    componentsJson(parts, &t);
   }
   io::saveSafetensors(file, t);
 }
 
-io::Json indexJson(const std::vector<distributed::UnitShard>& units, const LoopState& state,
+io::Json indexJson(const std::vector<distributed::UnitShard>& units, const Components& parts,
                    int64_t world) {
-  io::Json j{
-      {"format", kShardedCheckpointFormat}, {"world_size", world}, {"loop", loopJson(state)}};
+  io::Json j{{"format", kShardedCheckpointFormat},
+             {"world_size", world},
+             {"loop", componentsJson(parts, nullptr)}};
   j["units"] = io::Json::array();
   for (const auto& u : units) {
     io::Json params = io::Json::array();
@@ -89,7 +86,7 @@ void agree(distributed::ProcessGroup& pg, const std::string& path, const std::st
 
 void saveShardedCheckpoint(const std::string& path,
                            const std::vector<distributed::UnitShard>& units,
-                           torch::nn::Module& model, const LoopState& state, torch::Device device,
+                           torch::nn::Module& model, const Components& parts,
                            distributed::ProcessGroup& pg) {
   const auto& rt = pg.runtime();
   const std::string partial = path + ".partial";
@@ -102,7 +99,7 @@ void saveShardedCheckpoint(const std::string& path,
   }
   agree(pg, path, error);
   try {  // every rank at once
-    writeRankFile(partial + "/" + shardedRankFile(rt.rank, rt.world_size), units, model, device,
+    writeRankFile(partial + "/" + shardedRankFile(rt.rank, rt.world_size), units, model, parts,
                   rt.isMain());
   } catch (const std::exception& e) {
     error = e.what();
@@ -111,7 +108,7 @@ void saveShardedCheckpoint(const std::string& path,
   if (rt.isMain()) {
     try {
       io::writeFileAtomic(partial + "/index.json",
-                          indexJson(units, state, rt.world_size).dump(1) + "\n");
+                          indexJson(units, parts, rt.world_size).dump(1) + "\n");
       // The same step saved again (a finished run relaunched): the old copy is moved aside, not
       // deleted, until the new one is in place, so a kill or a failed rename leaves one of them.
       const std::string old = path + ".old";

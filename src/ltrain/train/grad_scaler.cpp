@@ -31,6 +31,16 @@ int64_t GradScaler::growthTracker() const {
   return tracker_.item<int64_t>();
 }
 
+StateDict GradScaler::state() const {
+  return {{"loss_scale", stateScalar(enabled_ ? scale() : 0.0)},
+          {"scale_growth_tracker", stateScalar(growthTracker())}};
+}
+
+void GradScaler::load(const StateDict& s) {
+  const double scale = stateDouble(s, "loss_scale", 0);
+  if (enabled_ && scale > 0) restore(scale, stateInt(s, "scale_growth_tracker", 0));
+}
+
 void GradScaler::restore(double scale, int64_t tracker) {
   scale_.fill_(scale);
   tracker_.fill_(tracker);

@@ -8,9 +8,12 @@
 
 #include <cstdint>
 
+#include "ltrain/common/stateful.h"
+
 namespace ltrain::train {
 
-class GradScaler {
+// Its checkpoint state: loss_scale (0 when fp16 is off) and scale_growth_tracker.
+class GradScaler final : public Stateful {
  public:
   explicit GradScaler(bool enabled, double init_scale = 65536.0, double growth_factor = 2.0,
                       double backoff_factor = 0.5, int64_t growth_interval = 2000);
@@ -21,13 +24,17 @@ class GradScaler {
   // The scale and its inverse, 1-element float tensors on the device.
   const torch::Tensor& scaleTensor() const { return scale_; }
   torch::Tensor inverse() const { return scale_.reciprocal(); }
-  // After the gradients were unscaled and checked (`found_inf` from GradientSync::findInf).
+  // After the gradients were unscaled and checked (`found_inf` from the plan's finishGradients).
   void update(const torch::Tensor& found_inf);
 
   // Read on the host: for logs and checkpoints.
   double scale() const;
   int64_t growthTracker() const;
   void restore(double scale, int64_t tracker);
+
+  StateDict state() const override;
+  // A scale of 0 (a run without fp16) leaves the initial scale.
+  void load(const StateDict& s) override;
 
  private:
   bool enabled_;

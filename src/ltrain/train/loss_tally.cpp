@@ -6,11 +6,22 @@
 
 namespace ltrain::train {
 
-LossTally::LossTally(torch::Device device, double epoch_sum, int64_t epoch_count, int64_t skipped)
-    : device_(device) {
-  window_sum_ = zeros(), window_count_ = zeros();
-  epoch_sum_ = zeros().fill_(epoch_sum), epoch_count_ = zeros().fill_(epoch_count);
-  skipped_ = zeros().fill_(skipped), first_skipped_ = zeros().fill_(-1);
+LossTally::LossTally(torch::Device device) : device_(device) {
+  window_sum_ = zeros(), window_count_ = zeros(), epoch_sum_ = zeros(), epoch_count_ = zeros();
+  skipped_ = zeros(), first_skipped_ = zeros().fill_(-1);
+}
+
+StateDict LossTally::state() const {
+  const Totals t = read();
+  return {{"skipped_steps", stateScalar(t.skipped)},
+          {"epoch_loss_sum", stateScalar(t.epoch_sum)},
+          {"epoch_loss_count", stateScalar(t.epoch_count)}};
+}
+
+void LossTally::load(const StateDict& s) {
+  skipped_.fill_(static_cast<double>(stateInt(s, "skipped_steps", 0)));
+  epoch_sum_.fill_(stateDouble(s, "epoch_loss_sum", 0));
+  epoch_count_.fill_(static_cast<double>(stateInt(s, "epoch_loss_count", 0)));
 }
 
 torch::Tensor LossTally::zeros() const {
@@ -48,16 +59,9 @@ double LossTally::takeWindowMean() {
   return n > 0 ? sum / n : std::nan("");
 }
 
-double LossTally::epochSum() const {
-  return epoch_sum_.item<double>();
-}
-
-int64_t LossTally::epochCount() const {
-  return static_cast<int64_t>(epoch_count_.item<double>());
-}
-
-int64_t LossTally::skipped() const {
-  return static_cast<int64_t>(skipped_.item<double>());
+LossTally::Totals LossTally::read() const {
+  return {epoch_sum_.item<double>(), static_cast<int64_t>(epoch_count_.item<double>()),
+          static_cast<int64_t>(skipped_.item<double>())};
 }
 
 int64_t LossTally::firstSkippedStep() const {

@@ -7,11 +7,14 @@
 
 #include <cstdint>
 
+#include "ltrain/common/stateful.h"
+
 namespace ltrain::train {
 
-class LossTally {
+// Its checkpoint state: skipped_steps, epoch_loss_sum and epoch_loss_count (read from the device).
+class LossTally final : public Stateful {
  public:
-  LossTally(torch::Device device, double epoch_sum, int64_t epoch_count, int64_t skipped);
+  explicit LossTally(torch::Device device);
 
   // One step's mean loss; `found_inf` its 1-element inf/nan flag, undefined when the step is
   // known on the host to have been finite (or `skipped` says it was not).
@@ -21,11 +24,17 @@ class LossTally {
   // The window's mean loss (nan when every step was skipped); starts the next window.
   double takeWindowMean();
   // Read on the host (a synchronisation on a GPU): for logs, checkpoints and the summary.
-  double epochSum() const;
-  int64_t epochCount() const;
-  int64_t skipped() const;
+  struct Totals {
+    double epoch_sum = 0;
+    int64_t epoch_count = 0, skipped = 0;
+    double epochMean() const { return epoch_count ? epoch_sum / epoch_count : 0.0; }
+  };
+  Totals read() const;
   // The first step whose flag was set, or -1 (for train.nonfinite stop on a GPU).
   int64_t firstSkippedStep() const;
+
+  StateDict state() const override;
+  void load(const StateDict& s) override;
 
  private:
   torch::Tensor zeros() const;

@@ -14,23 +14,21 @@ constexpr const char* kRankZeroFailed =
     "failed: ";  // a prefix no path starts with
 
 // The first of the run's candidate checkpoints that loads, newest first.
-std::optional<checkpoint::LoopState> loadNewestReadable(RunDir& run, torch::nn::Module& model,
-                                                        torch::optim::Optimizer& whole,
-                                                        torch::Device device, Reporter& reporter) {
+void loadNewestReadable(RunDir& run, torch::nn::Module& model, torch::optim::Optimizer& whole,
+                        const checkpoint::Components& parts, Reporter& reporter) {
   std::vector<std::string> candidates{*run.resume_from};
   candidates.insert(candidates.end(), run.fallbacks.begin(), run.fallbacks.end());
   for (size_t i = 0; i < candidates.size(); ++i) {
     try {
-      checkpoint::LoopState s = checkpoint::loadCheckpoint(candidates[i], model, whole, device);
+      checkpoint::loadCheckpoint(candidates[i], model, whole, parts);
       run.resume_from = candidates[i];
-      return s;
+      return;
     } catch (const UsageError& e) {
       if (i + 1 == candidates.size()) throw;
       reporter.warn(fmt::format("{}; resuming from the previous checkpoint, {}", e.what(),
                                 candidates[i + 1]));
     }
   }
-  return std::nullopt;
 }
 
 }  // namespace
@@ -57,13 +55,12 @@ RunDir agreeOnRunDir(const config::LoadedConfig& lc, const TrainRequest& req,
   return run;
 }
 
-std::optional<checkpoint::LoopState> resumeIfAny(
-    RunDir& run, torch::nn::Module& model, torch::optim::Optimizer& whole, torch::Device device,
-    const distributed::Runtime& rt, distributed::ProcessGroup* pg, Reporter& reporter) {
-  std::optional<checkpoint::LoopState> state;
+bool resumeIfAny(RunDir& run, torch::nn::Module& model, torch::optim::Optimizer& whole,
+                 const checkpoint::Components& parts, const distributed::Runtime& rt,
+                 distributed::ProcessGroup* pg, Reporter& reporter) {
   if (rt.isMain() && run.resume_from) {
     try {
-      state = loadNewestReadable(run, model, whole, device, reporter);
+      loadNewestReadable(run, model, whole, parts, reporter);
     } catch (const UsageError& e) {
       if (pg) pg->broadcastString("resume_from", std::string(kRankZeroFailed) + e.what());
       throw;
@@ -75,10 +72,10 @@ std::optional<checkpoint::LoopState> resumeIfAny(
       throw UsageError("rank 0 could not resume: " + chosen.substr(std::strlen(kRankZeroFailed)));
     if (!rt.isMain() && !chosen.empty()) {
       run.resume_from = chosen;
-      state = checkpoint::loadCheckpoint(chosen, model, whole, device);
+      checkpoint::loadCheckpoint(chosen, model, whole, parts);
     }
   }
-  return state;
+  return run.resume_from.has_value();
 }
 
 }  // namespace ltrain::train

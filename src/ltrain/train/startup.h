@@ -25,12 +25,10 @@ struct TrainRequest {
 RunDir agreeOnRunDir(const config::LoadedConfig& lc, const TrainRequest& req,
                      const distributed::Runtime& rt, distributed::ProcessGroup* pg);
 
-// Loads the chosen checkpoint into `model` and `whole` (an optimizer over the whole model), on
-// the CPU; `device` is the run's device, whose RNG state is restored too. nullopt: a fresh start.
-std::optional<checkpoint::LoopState> resumeIfAny(RunDir& run, torch::nn::Module& model,
-                                                 torch::optim::Optimizer& whole,
-                                                 torch::Device device,
-                                                 const distributed::Runtime& rt,
-                                                 distributed::ProcessGroup* pg, Reporter& reporter);
+// Loads the chosen checkpoint into `model`, `whole` (an optimizer over the whole model, on the
+// CPU) and the run's other stateful components. False: a fresh start, nothing loaded.
+bool resumeIfAny(RunDir& run, torch::nn::Module& model, torch::optim::Optimizer& whole,
+                 const checkpoint::Components& parts, const distributed::Runtime& rt,
+                 distributed::ProcessGroup* pg, Reporter& reporter);
 
 }  // namespace ltrain::train

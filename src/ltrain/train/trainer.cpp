@@ -125,23 +125,20 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
     return optim::makeOptimizer(cfg_.optimizer, std::move(p), std::move(masks));
   };
   auto whole = make_optimizer(model_->parameters(), {});  // what a checkpoint's state loads into
-  const auto resumed = resumeIfAny(run_, *model_, *whole, devices_.main, rt_, pg_.get(), reporter_);
-  if (resumed) state_ = *resumed;
+  rng_ = RngStreams(devices_.main);
+  tally_ = std::make_unique<LossTally>(devices_.main);
+  const bool resumed = resumeIfAny(run_, *model_, *whole, parts(), rt_, pg_.get(), reporter_);
   adoptWorldSize();
-  if (resumed && scaler_.enabled() && state_.loss_scale > 0)
-    scaler_.restore(state_.loss_scale, state_.scale_growth_tracker);
   placeModel(model_, cfg_.model, devices_);
   plan_ = distributed::parallelize(model_, cfg_.dist, pg_.get(),
                                    {make_optimizer, StopVote::kScalars, StopVote::fill});
   if (resumed) plan_->state().loadWholeOptimizer(*whole);
   step_ = std::make_unique<TrainStep>(cfg_, model_, devices_, *plan_, scaler_, faults_);
-  checkpointer_ = std::make_unique<checkpoint::Checkpointer>(
-      run_.path, cfg_.train.keep_checkpoints, rt_.isMain(), devices_.main, pg_.get());
+  checkpointer_ = std::make_unique<checkpoint::Checkpointer>(run_.path, cfg_.train.keep_checkpoints,
+                                                             rt_.isMain(), pg_.get());
   scaler_.to(devices_.main);
-  tally_ = std::make_unique<LossTally>(devices_.main, state_.epoch_loss_sum,
-                                       state_.epoch_loss_count, state_.skipped_steps);
   StopSignal::checkpoint("while resuming");
-  reporter_.open(resumed ? state_.step : 0, resumed.has_value());
+  reporter_.open(resumed ? state_.step : 0, resumed);
 }
 
 // train.threads when set; under srun or mpirun with no OMP_NUM_THREADS, Slurm's CPUs per task or
@@ -278,10 +275,7 @@ void Trainer::runEpoch() {
       data::Augment{cfg_.data.augment == config::Augment::kCropFlip, cfg_.data.augment_pad,
                     data::augmentSeed(static_cast<uint64_t>(cfg_.seed), rt_.rank, state_.epoch)},
       /*epoch_batch_offset=*/state_.batch_in_epoch);
-  if (state_.batch_in_epoch == 0) {
-    state_.epoch_loss_sum = 0, state_.epoch_loss_count = 0;
-    tally_->startEpoch();
-  }
+  if (state_.batch_in_epoch == 0) tally_->startEpoch();
   model_->train();
   Window w;
   while (state_.step < total_steps_) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ltrain/checkpoint/checkpointing.h"
+#include "ltrain/common/rng_streams.h"
 #include "ltrain/common/stop_signal.h"
 #include "ltrain/data/distributed_sampler.h"
 #include "ltrain/distributed/parallel_plan.h"
@@ -62,6 +63,8 @@ class Trainer {
   double epochLossMean();
   std::vector<std::string> skippedImageFiles();
   void readTally();
+  // What a checkpoint holds besides the model and the plan's state, each saving its own.
+  checkpoint::Components parts() { return {&state_, &scaler_, tally_.get(), &rng_}; }
   void stopOnDeferredNonFinite();
 
   const config::ExperimentConfig& cfg_;
@@ -87,6 +90,8 @@ class Trainer {
   StopVote vote_;
   int stop_signal_ = 0;
   std::unique_ptr<LossTally> tally_;
+  LossTally::Totals totals_;  // the tally as last read on the host
+  RngStreams rng_{torch::kCPU};
   std::map<int64_t, StepPosition> window_positions_;  // a GPU's deferred inf/nan report names them
   EvalResult last_eval_;
   int64_t last_eval_step_ = -1, last_ckpt_step_ = -1, start_step_ = 0;

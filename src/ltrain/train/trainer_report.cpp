@@ -60,7 +60,7 @@ void Trainer::logWindow(Window& w, double lr) {
   r.samples_per_s = secs > 0 ? w.samples / secs : 0;
   r.data_wait_ms_per_step = 1000.0 * w.data_wait_s / w.steps;
   r.data_wait_share = secs > 0 ? w.data_wait_s / secs : 0.0;
-  r.skipped_steps = state_.skipped_steps;
+  r.skipped_steps = totals_.skipped;
   if (skip_bad) r.skipped_images = static_cast<int64_t>(skipped);
   r.tokens_per_sample = splits_.train.tokens ? cfg_.model.block_size : 1;
   if (flops_per_token_ > 0 && peak_flops_ > 0)
@@ -87,19 +87,13 @@ void Trainer::evaluateAndLog() {
 void Trainer::checkpoint() {
   distributed::PhaseScope phase(pg_.get(), distributed::Phase::kCheckpoint);
   last_ckpt_step_ = state_.step;
-  state_.loss_scale = scaler_.enabled() ? scaler_.scale() : 0;
-  state_.scale_growth_tracker = scaler_.growthTracker();
   stopOnDeferredNonFinite();
-  readTally();
-  checkpointer_->save(model_, plan_->state(), state_);
+  checkpointer_->save(model_, plan_->state(), state_.step, parts());
 }
 
-// The device's sums into the loop state (a synchronisation on a GPU: log, checkpoint, summary).
+// The device's sums onto the host (a synchronisation on a GPU: log, summary).
 void Trainer::readTally() {
-  if (!tally_) return;
-  state_.epoch_loss_sum = tally_->epochSum();
-  state_.epoch_loss_count = tally_->epochCount();
-  state_.skipped_steps = tally_->skipped();
+  if (tally_) totals_ = tally_->read();
 }
 
 // train.nonfinite stop on a GPU: the step with inf/nan gradients was skipped on the device, and
@@ -128,7 +122,7 @@ double Trainer::epochLossMean() {
   } catch (const std::exception&) {
     // A broken device: summary.json keeps the sums as of the last report.
   }
-  return state_.epoch_loss_count ? state_.epoch_loss_sum / state_.epoch_loss_count : 0.0;
+  return totals_.epochMean();
 }
 
 Summary Trainer::finish(double wall_s, double samples_per_s) {
@@ -221,10 +215,10 @@ void Trainer::writeSummary(const std::string& status, double wall_s, double samp
   SummaryReport s;
   s.status = status;
   s.test_accuracy = last_eval_.accuracy, s.test_loss = last_eval_.loss;
-  if (read_device) epochLossMean();  // reads the device's sums into state_
-  s.train_loss = state_.epoch_loss_count ? state_.epoch_loss_sum / state_.epoch_loss_count : 0.0;
+  if (read_device) epochLossMean();  // reads the device's sums into totals_
+  s.train_loss = totals_.epochMean();
   s.steps = state_.step, s.epochs = state_.epoch, s.world_size = rt_.world_size;
-  s.skipped_steps = state_.skipped_steps;
+  s.skipped_steps = totals_.skipped;
   s.wall_s = wall_s, s.samples_per_s = samples_per_s;
   // Language models: the validation split's loss (test_loss above) as perplexity too.
   if (splits_.test.tokens && last_eval_step_ >= 0) s.val_perplexity = std::exp(last_eval_.loss);
