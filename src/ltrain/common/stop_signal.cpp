@@ -7,35 +7,45 @@
 namespace ltrain {
 namespace {
 
-volatile sig_atomic_t g_pending = 0;
-struct sigaction g_old_term, g_old_int, g_old_hup;
+volatile sig_atomic_t g_pending = 0, g_received = 0, g_count = 0, g_kill_on_second = 1;
 
 void onStopSignal(int sig) {
-  if (sig == SIGINT && g_pending == SIGINT) {
+  g_count = g_count + 1;
+  if (g_kill_on_second && sig == SIGINT && g_pending == SIGINT) {
     // Ctrl-C twice: the user wants out now.
     signal(SIGINT, SIG_DFL);
     raise(SIGINT);
     return;
   }
-  if (g_pending == 0) g_pending = sig == SIGHUP ? SIGTERM : sig;
+  if (g_pending == 0) g_pending = sig == SIGHUP ? SIGTERM : sig, g_received = sig;
 }
 
 }  // namespace
 
-StopSignal::StopSignal() {
+StopSignal::StopSignal(SecondInterrupt second) {
+  g_pending = 0, g_received = 0, g_count = 0;
+  g_kill_on_second = second == SecondInterrupt::kKill ? 1 : 0;
   struct sigaction sa {};
   sa.sa_handler = onStopSignal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;  // a blocked read or wait goes on; the loop looks at the flag
-  sigaction(SIGTERM, &sa, &g_old_term);
-  sigaction(SIGINT, &sa, &g_old_int);
-  sigaction(SIGHUP, &sa, &g_old_hup);
+  sigaction(SIGTERM, &sa, &old_term_);
+  sigaction(SIGINT, &sa, &old_int_);
+  sigaction(SIGHUP, &sa, &old_hup_);
 }
 
 StopSignal::~StopSignal() {
-  sigaction(SIGTERM, &g_old_term, nullptr);
-  sigaction(SIGINT, &g_old_int, nullptr);
-  sigaction(SIGHUP, &g_old_hup, nullptr);
+  sigaction(SIGTERM, &old_term_, nullptr);
+  sigaction(SIGINT, &old_int_, nullptr);
+  sigaction(SIGHUP, &old_hup_, nullptr);
+}
+
+int StopSignal::received() {
+  return g_received;
+}
+
+int StopSignal::count() {
+  return g_count;
 }
 
 int StopSignal::pending() {

@@ -1,7 +1,11 @@
-// SIGTERM and SIGINT (and SIGHUP, a closed terminal, taken as SIGTERM) as a request to stop: the
-// training loop stops after the current step (train.on_signal), and start-up stops at its next
-// phase with Interrupted, so that a job preempted while it starts ends "interrupted" at once.
+// The one place that catches the stop signals: SIGTERM and SIGINT (and SIGHUP, a closed terminal
+// or a dropped ssh session, taken as SIGTERM) as a request to stop. The trainer stops after the
+// current step (train.on_signal), and start-up at its next phase with Interrupted, so that a job
+// preempted while it starts ends "interrupted" at once; the launcher and the sweep runner pass
+// the request on to their children (common/child_groups.h).
 #pragma once
+#include <csignal>
+
 #include <stdexcept>
 #include <string>
 
@@ -9,17 +13,28 @@ namespace ltrain {
 
 class StopSignal {
  public:
-  // Replaces the handlers until destruction. A repeated SIGTERM is the same request (cluster
-  // managers and the launcher both deliver one); a second SIGINT (Ctrl-C twice) kills.
-  StopSignal();
+  // What a second SIGINT (Ctrl-C twice) does: kill this process now (a trainer), or only count
+  // (a launcher or a sweep, which then cut their children's grace period short).
+  enum class SecondInterrupt { kKill, kCount };
+  // Replaces the handlers until destruction and forgets earlier signals. A repeated SIGTERM is
+  // the same request (cluster managers and the launcher both deliver one).
+  explicit StopSignal(SecondInterrupt second = SecondInterrupt::kKill);
   ~StopSignal();
   StopSignal(const StopSignal&) = delete;
   StopSignal& operator=(const StopSignal&) = delete;
 
   // The first signal received (SIGTERM or SIGINT), or 0.
   static int pending();
+  // The first signal as it came (SIGHUP too), or 0: a launcher exits 128 + it, as a shell does.
+  static int received();
+  // How many arrived.
+  static int count();
   // Throws Interrupted when a signal is pending; `during` names what was going on.
   static void checkpoint(const std::string& during);
+
+ private:
+  struct sigaction old_term_ {
+  }, old_int_{}, old_hup_{};
 };
 
 // A stop request that arrived before training started: exit 128 + signal, nothing to resume.

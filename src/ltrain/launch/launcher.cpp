@@ -17,8 +17,10 @@
 #include <fstream>
 #include <thread>
 
+#include "ltrain/common/child_groups.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/common/spawn.h"
+#include "ltrain/common/stop_signal.h"
 #include "ltrain/distributed/sockets.h"
 
 #include "ltrain/io/files.h"
@@ -27,24 +29,15 @@
 namespace ltrain::launch {
 namespace {
 
-volatile sig_atomic_t g_signal = 0, g_signals = 0;
-void onSignal(int s) {
-  g_signal = s;
-  g_signals = g_signals + 1;  // a second one (Ctrl-C twice) cuts the grace period short
-}
-
 using Clock = std::chrono::steady_clock;
 constexpr size_t kTailLines = 20;
 
-struct Worker {
+struct Worker : Child {
   int local_rank = 0, rank = 0;
-  pid_t pid = -1;
   int fd = -1;  // read end of the worker's stdout+stderr pipe
   std::string partial;
   std::deque<std::string> tail;
   std::ofstream log;
-  bool exited = false;
-  int status = 0;
   std::string error_file;
 };
 
@@ -102,12 +95,6 @@ class Launcher {
  private:
   int runAttempts() {
     hostStore();
-    struct sigaction sa {};
-    sa.sa_handler = onSignal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, nullptr);
-    sigaction(SIGTERM, &sa, nullptr);
-    sigaction(SIGHUP, &sa, nullptr);  // a closed terminal must not orphan the workers
     if (!o_.log_dir.empty()) {
       std::error_code ec;
       std::filesystem::create_directories(o_.log_dir, ec);
@@ -120,7 +107,8 @@ class Launcher {
       int failed_rank = monitor(attempt);
       // A local worker that fails just after another node's (its collective lost the peer) is
       // the consequence, not the cause: the job reports and follows the first failure.
-      if (failed_rank >= 0 && !g_signal && secondaryFailure(attempt)) failed_rank = kPeerFailed;
+      if (failed_rank >= 0 && !StopSignal::pending() && secondaryFailure(attempt))
+        failed_rank = kPeerFailed;
       if (failed_rank == kPeerFailed) {
         // Another node's worker failed: this node stops and, with restarts left, starts the same
         // new round as every other node (restarts are counted once per job).
@@ -137,11 +125,11 @@ class Launcher {
                         o_.max_restarts));
         continue;
       }
-      if (g_signal) {
-        const int sig = g_signal;
+      if (StopSignal::pending()) {
+        const int sig = StopSignal::received();
         say(fmt::format("got signal {}; stopping the workers", sig));
         // SIGHUP (a closed terminal, a dropped ssh session) as SIGTERM: the workers checkpoint.
-        stopAll(sig == SIGHUP ? SIGTERM : sig);
+        stopAll(StopSignal::pending());
         // A signal during the last eval or checkpoint: the workers finished all the same.
         bool all_done = true;
         for (const auto& w : workers_) all_done = all_done && w.pid > 0 && !failed(w.status);
@@ -333,12 +321,12 @@ class Launcher {
     return true;
   }
 
-  void reap() {
-    int status;
-    pid_t pid;
-    while ((pid = waitpid(-1, &status, WNOHANG)) > 0)
-      for (auto& w : workers_)
-        if (w.pid == pid) w.exited = true, w.status = status;
+  void reap() { reapExited(children()); }
+
+  std::vector<Child*> children() {
+    std::vector<Child*> out;
+    for (auto& w : workers_) out.push_back(&w);
+    return out;
   }
 
   void connectStore() {
@@ -364,7 +352,7 @@ class Launcher {
     while (true) {
       pump(100);
       reap();
-      if (g_signal) return -1;
+      if (StopSignal::pending()) return -1;
       bool done = true;
       for (auto& w : workers_) done = done && w.exited && !failed(w.status);
       if (!done && peerFailed(attempt)) return kPeerFailed;
@@ -389,35 +377,20 @@ class Launcher {
         if (w.pid > 0 && !w.exited) return true;
       return false;
     };
-    const int signals_before = g_signals;
-    while (running() && Clock::now() < until && g_signals <= std::max(signals_before, 1))
+    const int signals_before = StopSignal::count();
+    while (running() && Clock::now() < until && StopSignal::count() <= std::max(signals_before, 1))
       pump(50), reap();
   }
 
   void stopAll(int sig) {
-    // Workers never started (pid -1) are marked done: kill(-(-1)) would signal process 1.
-    for (auto& w : workers_)
-      if (w.pid <= 0) w.exited = true;
-    for (auto& w : workers_)
-      if (!w.exited) {
-        kill(-w.pid, sig);
-        kill(-w.pid, SIGCONT);  // a stopped worker must run to act on it (or to die)
-      }
-    waitForAll(o_.grace_s);
-    for (auto& w : workers_)
-      if (!w.exited) {
-        say(fmt::format("rank {} did not stop within {} s; sending SIGKILL", w.rank, o_.grace_s));
-        kill(-w.pid, SIGKILL);
-      }
-    for (auto& w : workers_) {
-      if (w.pid <= 0) continue;
-      if (!w.exited) {
-        while (waitpid(w.pid, &w.status, 0) < 0 && errno == EINTR) {
-        }
-        w.exited = true;
-      }
-      kill(-w.pid, SIGKILL);  // anything the worker left behind in its group
-    }
+    StopOptions o;
+    o.grace_s = o_.grace_s;
+    o.poll = [this] { pump(50); };
+    o.on_kill = [this](size_t i) {
+      say(fmt::format("rank {} did not stop within {} s; sending SIGKILL", workers_[i].rank,
+                      o_.grace_s));
+    };
+    stopGroups(children(), sig, o);
     // Drain what is left, but not forever: a process outside the group may hold a pipe open.
     const auto drain_until = Clock::now() + std::chrono::seconds(2);
     while (pump(0) && Clock::now() < drain_until) {
@@ -461,6 +434,9 @@ class Launcher {
   Clock::time_point next_peer_check_{};
   bool store_lost_ = false;
   std::vector<Worker> workers_;
+  // SIGHUP too: a closed terminal must not orphan the workers. A second Ctrl-C cuts the workers'
+  // grace period short.
+  StopSignal signals_{StopSignal::SecondInterrupt::kCount};
 };
 
 }  // namespace

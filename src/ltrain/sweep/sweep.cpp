@@ -18,8 +18,10 @@
 #include <sstream>
 #include <thread>
 
+#include "ltrain/common/child_groups.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/common/spawn.h"
+#include "ltrain/common/stop_signal.h"
 #include "ltrain/config/load.h"
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
@@ -29,12 +31,6 @@ namespace fs = std::filesystem;
 
 namespace ltrain::sweep {
 namespace {
-
-volatile sig_atomic_t g_signal = 0, g_signals = 0;
-void onSignal(int s) {
-  if (!g_signal) g_signal = s;
-  g_signals = g_signals + 1;  // a second one (Ctrl-C twice): the trials are killed outright
-}
 
 using Clock = std::chrono::steady_clock;
 
@@ -108,12 +104,15 @@ std::string metricText(const Outcome& o, const std::string& m) {
   return it == o.metrics.end() ? "" : fmt::format("{:.6g}", it->second);
 }
 
-struct Running {
+struct Running : Child {
+  Running(size_t trial_, pid_t pid_, int slot_) : trial(trial_), slot(slot_) { pid = pid_; }
   size_t trial;
-  pid_t pid;
   int slot;
-  Clock::time_point start;
+  Clock::time_point start = Clock::now();
 };
+
+// How long trials get to checkpoint and exit when a failed sweep stops them.
+constexpr double kTrialGraceS = 60;
 
 class Runner {
  public:
@@ -134,27 +133,20 @@ class Runner {
       else
         todo.push_back(i);
     }
-    struct sigaction sa {
-    }, old_int, old_term;
-    sa.sa_handler = onSignal;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGINT, &sa, &old_int);
-    sigaction(SIGTERM, &sa, &old_term);
+    // A stop signal is passed on to the trials (they checkpoint); a second one kills them.
+    StopSignal signals(StopSignal::SecondInterrupt::kCount);
     try {
       schedule(todo);
     } catch (...) {
       // Never leave trials running behind a failed sweep; record what finished.
-      for (const auto& r : running_) kill(-r.pid, SIGTERM);
-      for (const auto& r : running_) waitpid(r.pid, nullptr, 0);
-      sigaction(SIGINT, &old_int, nullptr);
-      sigaction(SIGTERM, &old_term, nullptr);
+      StopOptions o;
+      o.grace_s = kTrialGraceS;
+      stopGroups(children(), SIGTERM, o);
       writeSummary();
       throw;
     }
-    sigaction(SIGINT, &old_int, nullptr);
-    sigaction(SIGTERM, &old_term, nullptr);
     writeSummary();
-    if (g_signal) return 128 + g_signal;
+    if (StopSignal::pending()) return 128 + StopSignal::received();  // as a shell reports it
     for (const auto& o : outcomes_)
       if (o.status != "completed") return 1;
     return 0;
@@ -238,36 +230,36 @@ class Runner {
     size_t next = 0;
     bool forwarded = false;
     while (next < todo.size() || !running.empty()) {
-      if (g_signal && !forwarded) {
-        say(fmt::format("got signal {}: stopping the running trials (they checkpoint first)",
-                        static_cast<int>(g_signal)));
-        for (const auto& r : running) kill(-r.pid, g_signal);
+      const int sig = StopSignal::pending();
+      if (sig && !forwarded) {
+        say(fmt::format("got signal {}: stopping the running trials (they checkpoint first)", sig));
+        signalGroups(children(), sig);
         forwarded = true;
       }
-      if (g_signals > 1)
-        for (const auto& r : running) kill(-r.pid, SIGKILL);
-      while (!g_signal && next < todo.size() && running.size() < slot_busy.size()) {
+      if (StopSignal::count() > 1) signalGroups(children(), SIGKILL);
+      while (!sig && next < todo.size() && running.size() < slot_busy.size()) {
         const int slot = static_cast<int>(std::find(slot_busy.begin(), slot_busy.end(), false) -
                                           slot_busy.begin());
         slot_busy[static_cast<size_t>(slot)] = true;
         const size_t i = todo[next++];
-        running.push_back({i, start(i, slot, gpus), slot, Clock::now()});
+        running.emplace_back(i, start(i, slot, gpus), slot);
         outcomes_[i].status = "running";
         say(fmt::format("trial {} started ({} running, {} waiting)", trials_[i].shortName(),
                         running.size(), todo.size() - next));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      reapExited(children());
       for (auto it = running.begin(); it != running.end();) {
-        int status = 0;
-        if (waitpid(it->pid, &status, WNOHANG) != it->pid) {
+        if (!it->exited) {
           ++it;
           continue;
         }
-        finish(it->trial, status, std::chrono::duration<double>(Clock::now() - it->start).count());
+        finish(it->trial, it->status,
+               std::chrono::duration<double>(Clock::now() - it->start).count());
         slot_busy[static_cast<size_t>(it->slot)] = false;
         it = running.erase(it);
       }
-      if (g_signal && next < todo.size()) next = todo.size();  // start nothing more
+      if (StopSignal::pending() && next < todo.size()) next = todo.size();  // start nothing more
     }
   }
 
@@ -398,6 +390,12 @@ class Runner {
   std::vector<Trial> trials_;
   std::vector<Outcome> outcomes_;
   std::vector<Running> running_;
+
+  std::vector<Child*> children() {
+    std::vector<Child*> out;
+    for (auto& r : running_) out.push_back(&r);
+    return out;
+  }
 };
 
 }  // namespace
@@ -477,7 +475,6 @@ SweepSpec loadSweepFile(const std::string& path, const std::string& output_dir_f
 }
 
 int runSweep(const SweepSpec& spec, const std::string& self_exe) {
-  g_signal = 0, g_signals = 0;
   Runner r(spec, self_exe);
   return r.run();
 }

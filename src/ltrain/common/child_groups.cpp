@@ -1,0 +1,67 @@
+#include "ltrain/common/child_groups.h"
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <thread>
+
+#include "ltrain/common/stop_signal.h"
+
+namespace ltrain {
+
+void signalGroups(const std::vector<Child*>& children, int sig) {
+  for (auto* c : children)
+    if (c->pid > 0 && !c->exited) {  // kill(-(-1)) would signal every process we may
+      kill(-c->pid, sig);
+      kill(-c->pid, SIGCONT);
+    }
+}
+
+bool reapExited(const std::vector<Child*>& children) {
+  bool any = false;
+  for (auto* c : children)
+    if (c->pid > 0 && !c->exited && waitpid(c->pid, &c->status, WNOHANG) == c->pid)
+      c->exited = true, any = true;
+  return any;
+}
+
+void stopGroups(const std::vector<Child*>& children, int sig, const StopOptions& o) {
+  using Clock = std::chrono::steady_clock;
+  for (auto* c : children)
+    if (c->pid <= 0) c->exited = true;
+  signalGroups(children, sig);
+  auto running = [&] {
+    for (auto* c : children)
+      if (!c->exited) return true;
+    return false;
+  };
+  const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(o.grace_s));
+  const int signals_before = StopSignal::count();
+  while (running() && Clock::now() < until && StopSignal::count() <= std::max(signals_before, 1)) {
+    if (o.poll)
+      o.poll();
+    else
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    reapExited(children);
+  }
+  for (size_t i = 0; i < children.size(); ++i)
+    if (!children[i]->exited) {
+      if (o.on_kill) o.on_kill(i);
+      kill(-children[i]->pid, SIGKILL);
+    }
+  for (auto* c : children) {
+    if (c->pid <= 0) continue;
+    if (!c->exited) {
+      while (waitpid(c->pid, &c->status, 0) < 0 && errno == EINTR) {
+      }
+      c->exited = true;
+    }
+    kill(-c->pid, SIGKILL);  // anything the child left behind in its group
+  }
+}
+
+}  // namespace ltrain
