@@ -242,7 +242,9 @@ TEST_CASE("each component saves and loads its own state, and the checkpoint does
   CHECK(torch::equal(other2.dict[1].second, torch::arange(6, torch::kFloat).reshape({2, 3})));
 }
 
-TEST_CASE("a checkpoint whose generator state is the wrong size is refused, naming it") {
+TEST_CASE(
+    "a checkpoint whose generator state is the wrong size is refused, naming it, and changes "
+    "nothing") {
   ltrain::test::TempDir dir;
   auto cfg = ltrain::config::defaults();
   auto m = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
@@ -251,12 +253,27 @@ TEST_CASE("a checkpoint whose generator state is the wrong size is refused, nami
   forged.dict = {{"rng_cpu", torch::zeros({3}, torch::kByte)}};
   const auto path = dir / "step-00000001.pt";
   ltrain::checkpoint::saveCheckpoint(path, *m, *opt, {&forged});
+  torch::manual_seed(7);  // another model, which the refused load must leave as it is
+  auto other = ltrain::models::build(cfg.model, {1, 4, 4}, 3);
+  auto other_opt = ltrain::optim::makeOptimizer(cfg.optimizer, other->parameters());
+  std::vector<torch::Tensor> before;
+  for (const auto& p : other->parameters()) before.push_back(p.clone());
+  LoopState loop{5};
   ltrain::RngStreams rng(torch::kCPU);
   torch::manual_seed(3);
   const auto expected = torch::rand({4});
   torch::manual_seed(3);
-  CHECK_THROWS_WITH(ltrain::checkpoint::loadCheckpoint(path, *m, *opt, {&rng}),
+  CHECK_THROWS_WITH(ltrain::checkpoint::loadCheckpoint(path, *other, *other_opt, {&loop, &rng}),
+                    Contains("step-00000001.pt' is unusable"));
+  forged.dict.emplace_back("step", ltrain::stateScalar(int64_t{1}));  // the loop's are all there
+  for (const char* k : {"epoch", "batch_in_epoch", "samples"})
+    forged.dict.emplace_back(k, ltrain::stateScalar(int64_t{0}));
+  ltrain::checkpoint::saveCheckpoint(path, *m, *opt, {&forged});
+  CHECK_THROWS_WITH(ltrain::checkpoint::loadCheckpoint(path, *other, *other_opt, {&loop, &rng}),
                     Contains("step-00000001.pt' is unusable") &&
                         Contains("'rng_cpu' is not a generator state of"));
   CHECK(torch::equal(torch::rand({4}), expected));  // the generator was left as it was
+  CHECK(loop.step == 5);                            // and so was every other component
+  const auto after = other->parameters();
+  for (size_t i = 0; i < after.size(); ++i) CHECK(torch::equal(after[i], before[i]));  // the model
 }

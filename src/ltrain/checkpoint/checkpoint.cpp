@@ -113,6 +113,12 @@ StateDict LoopState::state() const {
           {"world_size", stateScalar(world_size)}};
 }
 
+void LoopState::check(const StateDict& s) const {
+  for (const char* name : {"step", "epoch", "batch_in_epoch", "samples"})
+    stateInt(s, name, 0, /*required=*/true);
+  stateInt(s, "epoch_examples", -1), stateInt(s, "world_size", 0);  // one number each, if there
+}
+
 void LoopState::load(const StateDict& s) {
   step = stateInt(s, "step", 0, true), epoch = stateInt(s, "epoch", 0, true);
   batch_in_epoch = stateInt(s, "batch_in_epoch", 0, true);
@@ -222,15 +228,18 @@ void loadCheckpoint(const std::string& path, torch::nn::Module& model, torch::op
     torch::serialize::InputArchive ar, opt_ar;
     std::string bytes;
     openArchive(path, ar, bytes);
-    const auto states = readComponents(ar, parts);  // all read before anything changes
-    loadModel(ar, model, path);
-    ar.read("optimizer", opt_ar);
-    opt.load(opt_ar);
+    // Every component read and checked before anything changes: a refused checkpoint leaves
+    // the model and the components as they were.
+    const auto states = readComponents(ar, parts);
     try {
-      for (size_t i = 0; i < parts.size(); ++i) parts[i]->load(states[i]);
+      for (size_t i = 0; i < parts.size(); ++i) parts[i]->check(states[i]);
     } catch (const std::runtime_error& e) {
       throw UsageError(fmt::format("checkpoint '{}' is unusable: {}", path, e.what()));
     }
+    loadModel(ar, model, path);
+    ar.read("optimizer", opt_ar);
+    opt.load(opt_ar);
+    for (size_t i = 0; i < parts.size(); ++i) parts[i]->load(states[i]);
   } catch (const c10::Error& e) {
     std::string why = e.what_without_backtrace();
     why = why.substr(0, why.find('\n'));

@@ -32,6 +32,8 @@ struct LoopState final : Stateful {
   LoopState(int64_t step_, int64_t epoch_ = 0, int64_t batch_ = 0, int64_t samples_ = 0)
       : step(step_), epoch(epoch_), batch_in_epoch(batch_), samples(samples_) {}
   StateDict state() const override;
+  // step, epoch, batch_in_epoch and samples are required.
+  void check(const StateDict& s) const override;
   void load(const StateDict& s) override;
 };
 

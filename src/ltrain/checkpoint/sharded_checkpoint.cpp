@@ -173,13 +173,15 @@ void loadShardedCheckpoint(const std::string& path, torch::nn::Module& model,
     if (t.scalar_type() != torch::kFloat && t.scalar_type() != torch::kBFloat16 &&
         t.scalar_type() != torch::kHalf && t.scalar_type() != torch::kDouble)
       fail(fmt::format("is corrupt: '{}' is not floating point", name));
-  // The components before the model: one that refuses its part leaves the model as it was.
   try {
-    for (size_t i = 0; i < parts.size(); ++i) parts[i]->load(component_states[i]);
+    for (size_t i = 0; i < parts.size(); ++i) parts[i]->check(component_states[i]);
+  } catch (const c10::Error& e) {  // a number too large for its type, say
+    fail(fmt::format("is corrupt: index.json's loop: {}", e.what_without_backtrace()));
   } catch (const std::runtime_error& e) {
     fail(fmt::format("is unusable: {}", e.what()));
   }
   torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < parts.size(); ++i) parts[i]->load(component_states[i]);
   for (auto& p : named) p.value().copy_(params.at(p.key()));
   for (auto& b : model.named_buffers()) b.value().copy_(files[0].at("buffer." + b.key()));
   if (!opt) return;

@@ -26,8 +26,8 @@ struct StopOptions {
   std::function<void()> poll;           // between looks while waiting (drain their output, say)
   std::function<void(size_t)> on_kill;  // child i did not stop within the grace period
 };
-// Stops them: `sig`, up to grace_s for them to exit (cut short when another stop signal
-// arrives: Ctrl-C twice), SIGKILL to those left, every child reaped, and whatever a child left
+// Stops them: `sig`, up to grace_s for them to exit (cut short by a second stop signal to this
+// process: Ctrl-C twice), SIGKILL to those left, every child reaped, and whatever a child left
 // behind in its group killed. A child never started is marked exited.
 void stopGroups(const std::vector<Child*>& children, int sig, const StopOptions& o);
 

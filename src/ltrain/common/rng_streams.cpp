@@ -15,14 +15,17 @@ torch::Tensor generatorState(at::Generator gen) {
   return gen.get_state();
 }
 
-// Refused unless it is a state of this generator's size: torch's own check aborts on some.
-void setGeneratorState(at::Generator gen, const torch::Tensor& state, const char* name) {
+void setGeneratorState(at::Generator gen, const torch::Tensor& state) {
   std::lock_guard<std::mutex> lock(gen.mutex());
-  const int64_t bytes = gen.get_state().numel();
+  gen.set_state(state);
+}
+
+// Refused unless it is a state of this generator's size: torch's own check aborts on some.
+void checkGeneratorState(at::Generator gen, const torch::Tensor& state, const char* name) {
+  const int64_t bytes = generatorState(gen).numel();
   if (state.scalar_type() != torch::kByte || state.numel() != bytes)
     throw std::runtime_error(
         fmt::format("its '{}' is not a generator state of {} bytes", name, bytes));
-  gen.set_state(state);
 }
 
 }  // namespace
@@ -34,12 +37,18 @@ StateDict RngStreams::state() const {
   return s;
 }
 
-void RngStreams::load(const StateDict& s) {
+void RngStreams::check(const StateDict& s) const {
   const auto* cpu = findState(s, "rng_cpu");
   if (!cpu) throw std::runtime_error("it has no generator state ('rng_cpu')");
-  const auto* cuda = device_.is_cuda() ? findState(s, "rng_cuda") : nullptr;
-  setGeneratorState(at::detail::getDefaultCPUGenerator(), *cpu, "rng_cpu");
-  if (cuda) setGeneratorState(at::globalContext().defaultGenerator(device_), *cuda, "rng_cuda");
+  checkGeneratorState(at::detail::getDefaultCPUGenerator(), *cpu, "rng_cpu");
+  if (const auto* cuda = device_.is_cuda() ? findState(s, "rng_cuda") : nullptr)
+    checkGeneratorState(at::globalContext().defaultGenerator(device_), *cuda, "rng_cuda");
+}
+
+void RngStreams::load(const StateDict& s) {
+  setGeneratorState(at::detail::getDefaultCPUGenerator(), *findState(s, "rng_cpu"));
+  if (const auto* cuda = device_.is_cuda() ? findState(s, "rng_cuda") : nullptr)
+    setGeneratorState(at::globalContext().defaultGenerator(device_), *cuda);
 }
 
 }  // namespace ltrain

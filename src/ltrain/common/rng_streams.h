@@ -11,6 +11,8 @@ class RngStreams final : public Stateful {
  public:
   explicit RngStreams(torch::Device device) : device_(device) {}
   StateDict state() const override;
+  // Each generator's state must be one of its size.
+  void check(const StateDict& s) const override;
   // A CPU run's checkpoint resumed on a GPU (or the reverse) keeps the seeded device state.
   void load(const StateDict& s) override;
 

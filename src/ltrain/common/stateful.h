@@ -20,8 +20,11 @@ class Stateful {
  public:
   virtual ~Stateful() = default;
   virtual StateDict state() const = 0;
+  // Whether load(s) would take `s`: std::runtime_error naming an entry it cannot do without, or
+  // one it cannot use. Changes nothing: a checkpoint checks every component before it loads any.
+  virtual void check(const StateDict& /*s*/) const {}
   // `s`: those of this component's names that the checkpoint holds (one written before a name
-  // existed lacks it). std::runtime_error naming an entry it cannot do without.
+  // existed lacks it), already check()ed.
   virtual void load(const StateDict& s) = 0;
 };
 

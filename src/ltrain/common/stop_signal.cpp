@@ -22,7 +22,11 @@ void onStopSignal(int sig) {
 
 }  // namespace
 
-StopSignal::StopSignal(SecondInterrupt second) {
+StopSignal::StopSignal(SecondInterrupt second)
+    : old_pending_(g_pending),
+      old_received_(g_received),
+      old_count_(g_count),
+      old_kill_on_second_(g_kill_on_second) {
   g_pending = 0, g_received = 0, g_count = 0;
   g_kill_on_second = second == SecondInterrupt::kKill ? 1 : 0;
   struct sigaction sa {};
@@ -38,6 +42,9 @@ StopSignal::~StopSignal() {
   sigaction(SIGTERM, &old_term_, nullptr);
   sigaction(SIGINT, &old_int_, nullptr);
   sigaction(SIGHUP, &old_hup_, nullptr);
+  // An outer instance (a trainer inside a test) sees its own again.
+  g_pending = old_pending_, g_received = old_received_, g_count = old_count_;
+  g_kill_on_second = old_kill_on_second_;
 }
 
 int StopSignal::received() {

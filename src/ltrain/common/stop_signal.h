@@ -35,6 +35,8 @@ class StopSignal {
  private:
   struct sigaction old_term_ {
   }, old_int_{}, old_hup_{};
+  // An outer instance's state, given back on destruction.
+  int old_pending_ = 0, old_received_ = 0, old_count_ = 0, old_kill_on_second_ = 1;
 };
 
 // A stop request that arrived before training started: exit 128 + signal, nothing to resume.

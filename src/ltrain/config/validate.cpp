@@ -2,6 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <string>
+#include <vector>
+
 #include "ltrain/common/errors.h"
 #include "ltrain/config/model_families.h"
 
@@ -133,11 +136,18 @@ void activationCheckpointing(const LoadedConfig& lc) {
            fmt::format("train.activation_checkpointing is '{}', expected none, blocks or every:N "
                        "(N a whole number from 1)",
                        v));
-  if (!modelFamily(c.model.name).repeated_blocks)
+  if (!modelFamily(c.model.name).repeated_blocks) {
+    std::vector<std::string> with;  // the families the table says have them
+    for (const auto& f : modelFamilies())
+      if (f.repeated_blocks) with.push_back(f.name);
+    std::string names;
+    for (size_t i = 0; i < with.size(); ++i)
+      names += (i == 0 ? "" : i + 1 == with.size() ? " or " : ", ") + with[i];
     refuse(lc, setOne(lc, "train.activation_checkpointing", "model.name"),
            fmt::format("train.activation_checkpointing recomputes repeated blocks: model.name "
-                       "gpt, llama or resnet, not {}",
-                       c.model.name));
+                       "{}, not {}",
+                       names, c.model.name));
+  }
   if (c.dist.strategy == Strategy::kDp)
     refuse(lc, setOne(lc, "train.activation_checkpointing", "dist.strategy"),
            "train.activation_checkpointing does not combine with dist.strategy dp; use ddp");

@@ -15,6 +15,7 @@
 #include <deque>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <thread>
 
 #include "ltrain/common/child_groups.h"
@@ -95,6 +96,7 @@ class Launcher {
  private:
   int runAttempts() {
     hostStore();
+    signals_.emplace(StopSignal::SecondInterrupt::kCount);
     if (!o_.log_dir.empty()) {
       std::error_code ec;
       std::filesystem::create_directories(o_.log_dir, ec);
@@ -434,9 +436,9 @@ class Launcher {
   Clock::time_point next_peer_check_{};
   bool store_lost_ = false;
   std::vector<Worker> workers_;
-  // SIGHUP too: a closed terminal must not orphan the workers. A second Ctrl-C cuts the workers'
-  // grace period short.
-  StopSignal signals_{StopSignal::SecondInterrupt::kCount};
+  // From the first worker's start on (a signal before it ends the agent at once), SIGHUP too: a
+  // closed terminal must not orphan the workers. A second Ctrl-C cuts the grace period short.
+  std::optional<StopSignal> signals_;
 };
 
 }  // namespace

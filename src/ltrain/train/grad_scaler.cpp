@@ -36,6 +36,10 @@ StateDict GradScaler::state() const {
           {"scale_growth_tracker", stateScalar(growthTracker())}};
 }
 
+void GradScaler::check(const StateDict& s) const {
+  stateDouble(s, "loss_scale", 0), stateInt(s, "scale_growth_tracker", 0);  // one number each
+}
+
 void GradScaler::load(const StateDict& s) {
   const double scale = stateDouble(s, "loss_scale", 0);
   if (enabled_ && scale > 0) restore(scale, stateInt(s, "scale_growth_tracker", 0));

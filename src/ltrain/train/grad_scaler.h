@@ -33,6 +33,7 @@ class GradScaler final : public Stateful {
   void restore(double scale, int64_t tracker);
 
   StateDict state() const override;
+  void check(const StateDict& s) const override;
   // A scale of 0 (a run without fp16) leaves the initial scale.
   void load(const StateDict& s) override;
 

@@ -18,6 +18,11 @@ StateDict LossTally::state() const {
           {"epoch_loss_count", stateScalar(t.epoch_count)}};
 }
 
+void LossTally::check(const StateDict& s) const {
+  stateInt(s, "skipped_steps", 0), stateDouble(s, "epoch_loss_sum", 0);  // one number each
+  stateInt(s, "epoch_loss_count", 0);
+}
+
 void LossTally::load(const StateDict& s) {
   skipped_.fill_(static_cast<double>(stateInt(s, "skipped_steps", 0)));
   epoch_sum_.fill_(stateDouble(s, "epoch_loss_sum", 0));

@@ -34,6 +34,7 @@ class LossTally final : public Stateful {
   int64_t firstSkippedStep() const;
 
   StateDict state() const override;
+  void check(const StateDict& s) const override;
   void load(const StateDict& s) override;
 
  private:

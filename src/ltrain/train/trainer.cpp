@@ -128,6 +128,7 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   rng_ = RngStreams(devices_.main);
   tally_ = std::make_unique<LossTally>(devices_.main);
   const bool resumed = resumeIfAny(run_, *model_, *whole, parts(), rt_, pg_.get(), reporter_);
+  readTally();  // what a summary written before the first report says
   adoptWorldSize();
   placeModel(model_, cfg_.model, devices_);
   plan_ = distributed::parallelize(model_, cfg_.dist, pg_.get(),

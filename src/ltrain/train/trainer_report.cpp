@@ -88,6 +88,7 @@ void Trainer::checkpoint() {
   distributed::PhaseScope phase(pg_.get(), distributed::Phase::kCheckpoint);
   last_ckpt_step_ = state_.step;
   stopOnDeferredNonFinite();
+  readTally();  // what a hang's summary says from here on
   checkpointer_->save(model_, plan_->state(), state_.step, parts());
 }
 
