@@ -43,7 +43,7 @@ TEST_CASE(
   float vote = 1.f;
   s.fill_extras = [&](float* v) { v[0] = vote, v[1] = 2.f * vote; };
   auto plan = ltrain::distributed::planFor(std::move(s));
-  REQUIRE(plan->report().description.find("gradient buckets") != std::string::npos);
+  REQUIRE(plan->summary().description.find("gradient buckets") != std::string::npos);
   std::vector<const void*> storage;
   for (int step = 1; step <= 3; ++step) {
     INFO("step " << step);
@@ -64,7 +64,7 @@ TEST_CASE(
     CHECK(plan->finishGradients(torch::Tensor()).item<float>() == 0.f);
     // Step 1 ends with the buckets laid out again in the order the gradients came: its sums
     // (a stop vote in step 1) must be those of this step's buckets, not of the new empty ones.
-    const auto extras = plan->extras();
+    const auto extras = plan->lastStep().extras;
     REQUIRE(extras.numel() == 2);
     CHECK(extras[0].item<float>() == vote);
     CHECK(extras[1].item<float>() == 2.f * vote);

@@ -50,9 +50,9 @@ class CountingPlan final : public ParallelPlan {
     inner_->step(s);
   }
   void zeroGradients() override { ++calls_.zero, inner_->zeroGradients(); }
-  torch::Tensor extras() const override { return inner_->extras(); }
-  PlanReport report() const override {
-    auto r = inner_->report();
+  StepReport lastStep() const override { return inner_->lastStep(); }
+  PlanSummary summary() const override {
+    auto r = inner_->summary();
     r.description = "counted";
     return r;
   }

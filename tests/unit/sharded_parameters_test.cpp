@@ -55,11 +55,11 @@ TEST_CASE("ZeRO-3 frees each unit's parameters outside its forward and backward,
   };
   // As the trainer spreads a model: dist.zero 3 over a process group picks ZeRO's plan.
   auto plan = ltrain::distributed::parallelize(model, dc, comm.get(), {make, 0, {}});
-  REQUIRE(plan->report().description.find("ZeRO-3 over 3 unit(s)") != std::string::npos);
+  REQUIRE(plan->summary().description.find("ZeRO-3 over 3 unit(s)") != std::string::npos);
   const auto params = model->parameters();
   CHECK(allFreed(params));
   const int64_t whole = 4 * (5 * 6 + 6 + 6 * 7 + 7 + 7 * 3 + 3);
-  CHECK(plan->report().parameter_bytes == whole);  // a world of one: the slices are the whole
+  CHECK(plan->summary().parameter_bytes == whole);  // a world of one: the slices are the whole
 
   const auto x = torch::randn({4, 5});
   plan->prepare(ltrain::distributed::MicroStep::forward(true, true));
@@ -68,8 +68,8 @@ TEST_CASE("ZeRO-3 frees each unit's parameters outside its forward and backward,
   loss.backward();
   CHECK(plan->finishGradients(torch::Tensor()).item<float>() == 0.f);
   CHECK(allFreed(params));
-  CHECK(plan->report().gathered_peak_bytes > 0);
-  CHECK(plan->report().gathered_peak_bytes < whole);  // never the whole model at once
+  CHECK(plan->summary().gathered_peak_bytes > 0);
+  CHECK(plan->summary().gathered_peak_bytes < whole);  // never the whole model at once
   plain->forward(x).square().sum().backward();
   CHECK(std::abs(plan->gradNorm() - [&] {
           double sq = 0;

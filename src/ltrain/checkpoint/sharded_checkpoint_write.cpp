@@ -14,45 +14,47 @@ namespace ltrain::checkpoint {
 namespace fs = std::filesystem;
 namespace {
 
-// The components' numbers go into index.json ("loop"), their other tensors (the generators'
-// states) into rank 0's file as "state.<name>".
-io::Json componentsJson(const Components& parts, io::NamedTensors* tensors) {
-  io::Json j = io::Json::object();
+// The components' states, taken once: their numbers for index.json ("loop"), their other
+// tensors (the generators' states) for rank 0's file as "state.<name>".
+struct ComponentStates {
+  io::Json numbers = io::Json::object();
+  io::NamedTensors tensors;
+};
+
+ComponentStates takeStates(const Components& parts) {
+  ComponentStates out;
   for (const auto* part : parts)
     for (const auto& [name, t] : part->state()) {
-      if (t.dim() > 0) {
-        if (tensors) tensors->emplace_back("state." + name, t.cpu());
-      } else if (t.is_floating_point()) {
-        j[name] = t.item<double>();
-      } else {
-        j[name] = t.item<int64_t>();
-      }
+      if (t.dim() > 0)
+        out.tensors.emplace_back("state." + name, t.cpu());
+      else if (t.is_floating_point())
+        out.numbers[name] = t.item<double>();
+      else
+        out.numbers[name] = t.item<int64_t>();
     }
-  return j;
+  return out;
 }
 
-// This rank's file: its slices, and on rank 0 what every rank has the same of.
+// This rank's file: its slices, and on rank 0 what every rank has the same of (`states`).
 void writeRankFile(const std::string& file, const std::vector<distributed::UnitShard>& units,
-                   torch::nn::Module& model, const Components& parts, bool main) {
+                   torch::nn::Module& model, const ComponentStates* states) {
   io::NamedTensors t;
   for (size_t k = 0; k < units.size(); ++k) {
     t.emplace_back(fmt::format("u{}.param", k), units[k].values.cpu());
     for (const auto& [name, st] : units[k].state)
       t.emplace_back(fmt::format("u{}.{}", k, name), st.cpu());
   }
-  if (main) {
+  if (states) {
     for (const auto& b : model.named_buffers())
       t.emplace_back("buffer." + b.key(), b.value().cpu());
-    componentsJson(parts, &t);
+    t.insert(t.end(), states->tensors.begin(), states->tensors.end());
   }
   io::saveSafetensors(file, t);
 }
 
-io::Json indexJson(const std::vector<distributed::UnitShard>& units, const Components& parts,
+io::Json indexJson(const std::vector<distributed::UnitShard>& units, const io::Json& numbers,
                    int64_t world) {
-  io::Json j{{"format", kShardedCheckpointFormat},
-             {"world_size", world},
-             {"loop", componentsJson(parts, nullptr)}};
+  io::Json j{{"format", kShardedCheckpointFormat}, {"world_size", world}, {"loop", numbers}};
   j["units"] = io::Json::array();
   for (const auto& u : units) {
     io::Json params = io::Json::array();
@@ -98,9 +100,11 @@ void saveShardedCheckpoint(const std::string& path,
     if (ec) error = fmt::format("cannot create '{}': {}", partial, ec.message());
   }
   agree(pg, path, error);
-  try {  // every rank at once
-    writeRankFile(partial + "/" + shardedRankFile(rt.rank, rt.world_size), units, model, parts,
-                  rt.isMain());
+  ComponentStates states;  // rank 0's, which writes them
+  try {                    // every rank at once
+    if (rt.isMain()) states = takeStates(parts);
+    writeRankFile(partial + "/" + shardedRankFile(rt.rank, rt.world_size), units, model,
+                  rt.isMain() ? &states : nullptr);
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -108,7 +112,7 @@ void saveShardedCheckpoint(const std::string& path,
   if (rt.isMain()) {
     try {
       io::writeFileAtomic(partial + "/index.json",
-                          indexJson(units, parts, rt.world_size).dump(1) + "\n");
+                          indexJson(units, states.numbers, rt.world_size).dump(1) + "\n");
       // The same step saved again (a finished run relaunched): the old copy is moved aside, not
       // deleted, until the new one is in place, so a kill or a failed rename leaves one of them.
       const std::string old = path + ".old";

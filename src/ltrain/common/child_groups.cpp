@@ -28,26 +28,31 @@ bool reapExited(const std::vector<Child*>& children) {
   return any;
 }
 
-void stopGroups(const std::vector<Child*>& children, int sig, const StopOptions& o) {
+void waitForExit(const std::vector<Child*>& children, double grace_s,
+                 const std::function<void()>& poll) {
   using Clock = std::chrono::steady_clock;
-  for (auto* c : children)
-    if (c->pid <= 0) c->exited = true;
-  signalGroups(children, sig);
   auto running = [&] {
     for (auto* c : children)
-      if (!c->exited) return true;
+      if (c->pid > 0 && !c->exited) return true;
     return false;
   };
   const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                        std::chrono::duration<double>(o.grace_s));
+                                        std::chrono::duration<double>(grace_s));
   const int signals_before = StopSignal::count();
   while (running() && Clock::now() < until && StopSignal::count() <= std::max(signals_before, 1)) {
-    if (o.poll)
-      o.poll();
+    if (poll)
+      poll();
     else
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     reapExited(children);
   }
+}
+
+void stopGroups(const std::vector<Child*>& children, int sig, const StopOptions& o) {
+  for (auto* c : children)
+    if (c->pid <= 0) c->exited = true;
+  signalGroups(children, sig);
+  waitForExit(children, o.grace_s, o.poll);
   for (size_t i = 0; i < children.size(); ++i)
     if (!children[i]->exited) {
       if (o.on_kill) o.on_kill(i);

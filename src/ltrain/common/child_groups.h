@@ -26,6 +26,10 @@ struct StopOptions {
   std::function<void()> poll;           // between looks while waiting (drain their output, say)
   std::function<void(size_t)> on_kill;  // child i did not stop within the grace period
 };
+// Up to `grace_s` for every started child to exit (`poll` runs between looks), cut short by a
+// second stop signal to this process (Ctrl-C twice).
+void waitForExit(const std::vector<Child*>& children, double grace_s,
+                 const std::function<void()>& poll);
 // Stops them: `sig`, up to grace_s for them to exit (cut short by a second stop signal to this
 // process: Ctrl-C twice), SIGKILL to those left, every child reaped, and whatever a child left
 // behind in its group killed. A child never started is marked exited.

@@ -10,6 +10,7 @@
 #include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/optim/fused.h"
+#include "ltrain/optim/optimizer.h"
 
 namespace ltrain::distributed {
 namespace {
@@ -78,7 +79,7 @@ class DdpPlan final : public ParallelPlan, private PlanState {
       const auto grads = gradients();
       clipToNorm(grads, sumOfAllSquares(grads).sqrt(), s.clip_grad_norm);
     }
-    for (auto& group : optimizer_->param_groups()) group.options().set_lr(s.lr);
+    optim::setLearningRate(*optimizer_, s.lr);
     optim::setFoundInf(*optimizer_, s.found_inf);
     optimizer_->step();
   }
@@ -88,14 +89,18 @@ class DdpPlan final : public ParallelPlan, private PlanState {
     for (auto& g : gradients()) g.zero_();
   }
 
-  torch::Tensor extras() const override { return extras_; }
-
-  PlanReport report() const override {
-    PlanReport r;
+  StepReport lastStep() const override {
+    StepReport r;
     for (const auto& st : stages_) {
       r.collectives += st.reducer->lastStep().collectives;
       for (double w : st.reducer->lastStep().bucket_wait_s) r.wait_s += w;
     }
+    r.extras = extras_;
+    return r;
+  }
+
+  PlanSummary summary() const override {
+    PlanSummary r;
     r.optimizer_state_bytes = distributed::optimizerStateBytes(*optimizer_);
     std::vector<torch::Tensor> grads;  // a .grad that is a view of its bucket counts once
     for (const auto& st : stages_)

@@ -3,7 +3,8 @@
 // strategy. Per optimizer step the step calls, in order:
 //   prepare(MicroStep::forward(..)) before each micro-batch, finishGradients(unscale),
 //   step({lr, clip, found_inf}) (or zeroGradients() for a skipped step);
-// the reporter reads gradNorm(), extras() and report(); checkpoints read and write state().
+// the loop reads lastStep() after every step, the reporter gradNorm() and summary();
+// checkpoints read and write state().
 // Strategies, one file each, are listed in strategies.cpp: ddp_plan.cpp (every rank keeps the
 // whole model; gradients all-reduced in buckets while backward runs; one process: nothing to
 // reduce) and zero_plan.cpp (ZeRO-1/2: gradients reduce-scattered, each rank steps its slice,
@@ -66,11 +67,18 @@ struct OptimizerStep {
   torch::Tensor found_inf;
 };
 
-// What the reporter reads of a plan.
-struct PlanReport {
-  std::string description;  // for the start-up line: "on gloo with 3 gradient buckets"; ""
-  int64_t collectives = 0;  // gradient collectives issued in the last step
-  double wait_s = 0;        // time the last step waited for them
+// What the last step did: read after every step, so nothing here is counted or formatted anew.
+struct StepReport {
+  int64_t collectives = 0;  // gradient collectives issued
+  double wait_s = 0;        // time spent waiting for them
+  // Scalars summed over ranks by the step's last collective (no collective of their own): what
+  // they mean is the caller's (PlanSetup::fill_extras). On the gradients' device.
+  torch::Tensor extras;
+};
+
+// What the plan holds: for the start-up line and summary.json.
+struct PlanSummary {
+  std::string description;  // "on gloo with 3 gradient buckets"; "" for one process
   int64_t optimizer_state_bytes = 0;
   // After a step: the parameters' .grad, the buckets' buffers and reduced slices, each once.
   int64_t gradient_bytes = 0;
@@ -123,11 +131,9 @@ class ParallelPlan {
   virtual void step(const OptimizerStep& s) = 0;
   // A skipped step: its gradients are dropped (zeroed, so that logs report them as 0).
   virtual void zeroGradients() = 0;
-  // Scalars summed over ranks by the step's last collective (no collective of their own): what
-  // they mean is the caller's (PlanSetup::fill_extras). After step() or zeroGradients(), on the
-  // gradients' device.
-  virtual torch::Tensor extras() const = 0;
-  virtual PlanReport report() const = 0;
+  // After step() or zeroGradients().
+  virtual StepReport lastStep() const = 0;
+  virtual PlanSummary summary() const = 0;
   virtual PlanState& state() = 0;
 };
 

@@ -20,6 +20,7 @@
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/distributed/sharded_parameters.h"
 #include "ltrain/optim/fused.h"
+#include "ltrain/optim/optimizer.h"
 
 namespace ltrain::distributed {
 namespace {
@@ -102,7 +103,7 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
 
   void step(const OptimizerStep& s) override {
     if (s.clip_grad_norm > 0) clipToNorm(shardGradients(), globalNorm(), s.clip_grad_norm);
-    for (auto& group : opt_->param_groups()) group.options().set_lr(s.lr);
+    optim::setLearningRate(*opt_, s.lr);
     optim::setFoundInf(*opt_, s.found_inf);
     opt_->step();
     if (sharded_)
@@ -121,12 +122,16 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
       allGatherParameters();
   }
 
-  torch::Tensor extras() const override { return extras_; }
-
-  PlanReport report() const override {
-    PlanReport r;
+  StepReport lastStep() const override {
+    StepReport r;
     r.collectives = reducer_->lastStep().collectives;
     for (double w : reducer_->lastStep().bucket_wait_s) r.wait_s += w;
+    r.extras = extras_;
+    return r;
+  }
+
+  PlanSummary summary() const override {
+    PlanSummary r;
     r.optimizer_state_bytes = distributed::optimizerStateBytes(*opt_);
     auto grads = reducer_->bufferTensors();  // the slices are the flat parameters' .grad too
     for (const auto& p : model_->parameters()) grads.push_back(p.grad());

@@ -148,7 +148,7 @@ class Launcher {
                         code));
         publishFailure(attempt, fmt::format("stop|node {}'s rank {} stopped on a signal",
                                             o_.node_rank, w.rank));
-        waitForAll(o_.grace_s);
+        waitForExit(children(), o_.grace_s, [this] { pump(50); });
         stopAll(SIGTERM);
         return code;
       }
@@ -369,19 +369,6 @@ class Launcher {
       for (auto& w : workers_) all = all && w.exited && w.fd < 0;
       if (all) return -1;
     }
-  }
-
-  void waitForAll(double seconds) {
-    const auto until = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                          std::chrono::duration<double>(seconds));
-    auto running = [&] {
-      for (auto& w : workers_)
-        if (w.pid > 0 && !w.exited) return true;
-      return false;
-    };
-    const int signals_before = StopSignal::count();
-    while (running() && Clock::now() < until && StopSignal::count() <= std::max(signals_before, 1))
-      pump(50), reap();
   }
 
   void stopAll(int sig) {

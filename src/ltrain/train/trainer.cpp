@@ -202,7 +202,7 @@ void Trainer::announce() {
     reporter_.info(fmt::format("resuming from {} (step {}, epoch {})", *run_.resume_from,
                                state_.step, state_.epoch + 1));
   const auto& train = splits_.train;
-  const std::string sync = plan_->report().description;
+  const std::string sync = plan_->summary().description;
   reporter_.info(fmt::format(
       "{}: {} with {} parameters, {} training / {} {} {}, {} steps, {} process(es) of {} "
       "thread(s){}",
@@ -315,8 +315,8 @@ void Trainer::afterStep(const StepResult& r, Window& w) {
   state_.samples += r.samples * rt_.world_size;
   ++w.steps, w.samples += r.samples * rt_.world_size;
   w.data_wait_s += r.data_wait_s;
-  const auto plan = plan_->report();
-  w.collectives += plan.collectives, w.comm_wait_s += plan.wait_s;
+  const auto last = plan_->lastStep();
+  w.collectives += last.collectives, w.comm_wait_s += last.wait_s;
   tally_->add(r.loss, r.found_inf, r.skipped, state_.step);
   if (reporter_.active()) {
     const int64_t done = state_.step - start_step_;
@@ -342,7 +342,7 @@ bool Trainer::betweenSteps(bool epoch_done, Window& w) {
   paused_s_ += paused;
   w.start += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(paused));
   faults_.afterStep(state_.step);
-  stop_signal_ = vote_.afterStep(plan_->extras());
+  stop_signal_ = vote_.afterStep(plan_->lastStep().extras);
   return stop_signal_ != 0;
 }
 

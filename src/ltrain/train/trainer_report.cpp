@@ -145,7 +145,7 @@ Summary Trainer::finish(double wall_s, double samples_per_s) {
   constexpr double kMiB = 1024.0 * 1024.0;
   std::vector<double> per_rank(6 * rt_.world_size, 0.0);
   per_rank[rt_.rank] = peakRssMb();
-  const auto plan = plan_->report();
+  const auto plan = plan_->summary();
   per_rank[w + rt_.rank] = static_cast<double>(plan.optimizer_state_bytes) / kMiB;
   if (devices_.main.is_cuda()) per_rank[2 * w + rt_.rank] = peakCudaMemoryMb(devices_.main.index());
   per_rank[3 * w + rt_.rank] = static_cast<double>(plan.gradient_bytes) / kMiB;
