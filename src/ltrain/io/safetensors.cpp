@@ -4,12 +4,12 @@
 #include <torch/torch.h>
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <set>
 
 #include "ltrain/common/errors.h"
@@ -129,88 +129,142 @@ void SafetensorsStream::commit() {
   if (fd >= 0) ::fsync(fd), ::close(fd);
 }
 
-std::map<std::string, torch::Tensor> loadSafetensors(const std::string& path) {
+SafetensorsFile::SafetensorsFile(std::string path) : path_(std::move(path)) {
   std::error_code ec;
-  if (std::filesystem::is_directory(path, ec))
+  if (std::filesystem::is_directory(path_, ec))
     throw UsageError(
-        fmt::format("safetensors file '{}' is a directory, expected a .safetensors file", path));
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UsageError(fmt::format("safetensors file '{}' not found or unreadable", path));
-  in.seekg(0, std::ios::end);
-  const uint64_t size = static_cast<uint64_t>(in.tellg());
-  in.seekg(0);
+        fmt::format("safetensors file '{}' is a directory, expected a .safetensors file", path_));
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0)
+    throw UsageError(fmt::format("safetensors file '{}' not found or unreadable", path_));
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) {
+    ::close(fd_);
+    throw UsageError(fmt::format("safetensors file '{}' not found or unreadable", path_));
+  }
+  const auto size = static_cast<uint64_t>(st.st_size);
   unsigned char len[8];
-  if (size < 8 || !in.read(reinterpret_cast<char*>(len), 8))
+  if (size < 8 || ::pread(fd_, len, 8, 0) != 8) {
+    ::close(fd_);
     throw UsageError(
-        fmt::format("safetensors file '{}' is truncated: no 8-byte header length", path));
+        fmt::format("safetensors file '{}' is truncated: no 8-byte header length", path_));
+  }
   uint64_t n = 0;
   for (int i = 7; i >= 0; --i) n = (n << 8) | len[i];
-  if (n > size - 8 || n > (100u << 20))
-    throw UsageError(
-        fmt::format("safetensors file '{}' is not a safetensors file or is truncated: its "
-                    "header length field says {} bytes, the file holds {}",
-                    path, n, size - 8));
-  std::string header(n, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(n));
+  try {
+    if (n > size - 8 || n > (100u << 20))
+      throw UsageError(
+          fmt::format("safetensors file '{}' is not a safetensors file or is truncated: its "
+                      "header length field says {} bytes, the file holds {}",
+                      path_, n, size - 8));
+    std::string header(n, '\0');
+    if (::pread(fd_, header.data(), n, 8) != static_cast<ssize_t>(n))
+      throw UsageError(fmt::format("safetensors file '{}' is truncated in its header", path_));
+    index(header, size - 8 - n, 8 + n);
+  } catch (...) {
+    ::close(fd_);
+    throw;
+  }
+}
+
+void SafetensorsFile::index(const std::string& header, uint64_t data_size, uint64_t data_start) {
   const Json root = parseJsonOrDiscard(header);
   if (root.is_discarded())
-    throw UsageError(fmt::format("safetensors file '{}': the header is not valid JSON", path));
+    throw UsageError(fmt::format("safetensors file '{}': the header is not valid JSON", path_));
   if (!root.is_object())
-    throw UsageError(fmt::format("safetensors file '{}': the header is not a JSON object", path));
-  const uint64_t data_size = size - 8 - n;
-  std::string data(data_size, '\0');
-  in.read(data.data(), static_cast<std::streamsize>(data_size));
-
-  std::map<std::string, torch::Tensor> out;
+    throw UsageError(fmt::format("safetensors file '{}': the header is not a JSON object", path_));
   std::vector<std::pair<uint64_t, uint64_t>> ranges;
   for (const auto& item : root.items()) {
     const std::string name = item.key();
     const Json& e = item.value();
     if (name == "__metadata__") continue;
     auto bad = [&](const std::string& what) {
-      return UsageError(fmt::format("safetensors file '{}': tensor '{}' {}", path, name, what));
+      return UsageError(fmt::format("safetensors file '{}': tensor '{}' {}", path_, name, what));
     };
     if (!e.is_object() || !e.contains("dtype") || !e.contains("shape") ||
         !e.contains("data_offsets") || !e["dtype"].is_string() || !e["shape"].is_array() ||
         !e["data_offsets"].is_array() || e["data_offsets"].size() != 2)
       throw bad("needs dtype, shape and data_offsets [begin, end]");
     const std::string dtype = e["dtype"].get<std::string>();
-    torch::ScalarType type{};
+    Entry entry;
     bool known = false;
     for (const auto& [dn, t] : dtypes())
-      if (dn == dtype) type = t, known = true;
+      if (dn == dtype) entry.dtype = t, known = true;
     if (!known) throw bad(fmt::format("has an unknown dtype '{}'", dtype));
-    std::vector<int64_t> shape;
     int64_t numel = 1;
     for (const auto& d : e["shape"]) {
       if (!d.is_number_integer()) throw bad("has a shape that is not a list of integers");
-      shape.push_back(d.get<int64_t>());
+      entry.shape.push_back(d.get<int64_t>());
       // No negative sizes, and no product that could overflow (the file's size is checked below,
       // with a message that says it may be truncated).
       constexpr int64_t kMaxElements = int64_t{1} << 50;
-      if (shape.back() < 0 || (shape.back() > 0 && numel > kMaxElements / shape.back()))
+      if (entry.shape.back() < 0 ||
+          (entry.shape.back() > 0 && numel > kMaxElements / entry.shape.back()))
         throw bad("has a negative or impossibly large shape");
-      numel *= shape.back();
+      numel *= entry.shape.back();
     }
     const auto& offsets = e["data_offsets"];
     if (!offsets[0].is_number_unsigned() || !offsets[1].is_number_unsigned())
       throw bad("has data_offsets that are not non-negative integers");
     const uint64_t begin = offsets[0].get<uint64_t>(), end = offsets[1].get<uint64_t>();
-    const uint64_t expect = static_cast<uint64_t>(numel) * c10::elementSize(type);
+    const uint64_t expect = static_cast<uint64_t>(numel) * c10::elementSize(entry.dtype);
     if (end < begin || end - begin != expect)
       throw bad(fmt::format("has data_offsets [{}, {}] for {} bytes of data", begin, end, expect));
     if (end > data_size)
       throw bad(fmt::format("runs past the end of the file ({} > {} bytes of data): truncated?",
                             end, data_size));
     ranges.emplace_back(begin, end);
-    out[name] =
-        torch::from_blob(data.data() + begin, shape, torch::TensorOptions().dtype(type)).clone();
+    entry.numel = numel;
+    entry.offset = data_start + begin;
+    entries_[name] = std::move(entry);
   }
   std::sort(ranges.begin(), ranges.end());
   for (size_t i = 1; i < ranges.size(); ++i)
     if (ranges[i].first < ranges[i - 1].second)
       throw UsageError(
-          fmt::format("safetensors file '{}': tensors overlap in the data section", path));
+          fmt::format("safetensors file '{}': tensors overlap in the data section", path_));
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+const SafetensorsFile::Entry* SafetensorsFile::find(const std::string& name) const {
+  auto it = entries_.find(name);
+  return it == entries_.end() ? nullptr : &it->second;
+}
+
+torch::Tensor SafetensorsFile::read(const std::string& name, int64_t begin, int64_t count) const {
+  const Entry* e = find(name);
+  if (!e) throw std::logic_error(fmt::format("safetensors file '{}' has no '{}'", path_, name));
+  if (begin < 0 || count < 0 || begin + count > e->numel)
+    throw std::logic_error(fmt::format("safetensors '{}': elements [{}, {}) of '{}' (of {})", path_,
+                                       begin, begin + count, name, e->numel));
+  auto out = torch::empty({count}, torch::TensorOptions().dtype(e->dtype));
+  const auto item = static_cast<uint64_t>(c10::elementSize(e->dtype));
+  auto* dst = static_cast<char*>(out.data_ptr());
+  uint64_t left = static_cast<uint64_t>(count) * item;
+  auto at = static_cast<off_t>(e->offset + static_cast<uint64_t>(begin) * item);
+  while (left > 0) {
+    const ssize_t got = ::pread(fd_, dst, left, at);
+    if (got <= 0)
+      throw UsageError(fmt::format("safetensors file '{}': reading tensor '{}' failed: {}", path_,
+                                   name, got < 0 ? std::strerror(errno) : "truncated"));
+    dst += got, at += got, left -= static_cast<uint64_t>(got);
+  }
+  return out;
+}
+
+torch::Tensor SafetensorsFile::read(const std::string& name) const {
+  const Entry* e = find(name);
+  if (!e) throw std::logic_error(fmt::format("safetensors file '{}' has no '{}'", path_, name));
+  return read(name, 0, e->numel).view(e->shape);
+}
+
+std::map<std::string, torch::Tensor> loadSafetensors(const std::string& path) {
+  SafetensorsFile file(path);
+  std::map<std::string, torch::Tensor> out;
+  for (const auto& [name, e] : file.entries()) out[name] = file.read(name);
   return out;
 }
 
@@ -222,29 +276,27 @@ NamedTensors moduleState(const torch::nn::Module& m) {
 }
 
 void loadModuleState(torch::nn::Module& m, const std::string& path) {
-  auto file = loadSafetensors(path);
-  torch::NoGradGuard no_grad;
-  size_t used = 0;
-  for (auto& [name, t] : moduleState(m)) {
-    auto it = file.find(name);
-    if (it == file.end())
+  const SafetensorsFile file(path);
+  // Every name and shape checked first, then one tensor in memory at a time.
+  const auto state = moduleState(m);
+  std::set<std::string> known;
+  for (const auto& [name, t] : state) {
+    const auto* e = file.find(name);
+    if (!e)
       throw UsageError(
           fmt::format("safetensors file '{}' has no tensor '{}' that the model needs", path, name));
-    if (it->second.sizes() != t.sizes())
+    if (!t.sizes().equals(e->shape))
       throw UsageError(
           fmt::format("safetensors file '{}': tensor '{}' has shape {}, the model expects {}", path,
-                      name, fmt::join(it->second.sizes(), "x"), fmt::join(t.sizes(), "x")));
-    t.copy_(it->second);
-    ++used;
+                      name, fmt::join(e->shape, "x"), fmt::join(t.sizes(), "x")));
+    known.insert(name);
   }
-  if (used != file.size()) {
-    std::set<std::string> known;
-    for (const auto& [n, _] : moduleState(m)) known.insert(n);
-    for (const auto& [name, t] : file)
-      if (!known.count(name))
-        throw UsageError(fmt::format(
-            "safetensors file '{}' has tensor '{}' that the model does not have", path, name));
-  }
+  for (const auto& [name, e] : file.entries())
+    if (!known.count(name))
+      throw UsageError(fmt::format(
+          "safetensors file '{}' has tensor '{}' that the model does not have", path, name));
+  torch::NoGradGuard no_grad;
+  for (const auto& [name, t] : state) t.copy_(file.read(name));
 }
 
 }  // namespace ltrain::io

@@ -49,8 +49,40 @@ class SafetensorsStream {
   std::FILE* file_ = nullptr;
 };
 
-// Throws UsageError naming the file and the problem: a bad header, an unknown dtype, offsets that
-// overlap or run past the end, a truncated file.
+// A safetensors file's header, checked, with reads of any tensor's elements by byte range (pread):
+// what a rank needs of a checkpoint is read without reading, or mapping, the rest.
+class SafetensorsFile {
+ public:
+  struct Entry {
+    torch::ScalarType dtype{};
+    std::vector<int64_t> shape;
+    int64_t numel = 0;
+    uint64_t offset = 0;  // of its first byte in the file
+  };
+  // UsageError naming the file and the problem: a bad header, an unknown dtype, offsets that
+  // overlap or run past the end, a truncated file.
+  explicit SafetensorsFile(std::string path);
+  ~SafetensorsFile();
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+
+  const std::map<std::string, Entry>& entries() const { return entries_; }
+  const Entry* find(const std::string& name) const;
+  const std::string& path() const { return path_; }
+  // Elements [begin, begin + count) of tensor `name` (flattened), as a 1-d CPU tensor of its dtype.
+  // UsageError naming the file when the read comes short.
+  torch::Tensor read(const std::string& name, int64_t begin, int64_t count) const;
+  torch::Tensor read(const std::string& name) const;  // the whole tensor, in its shape
+
+ private:
+  void index(const std::string& header, uint64_t data_size, uint64_t data_start);
+  std::string path_;
+  int fd_ = -1;
+  std::map<std::string, Entry> entries_;
+};
+
+// Every tensor of a file (read one at a time: no second copy of the file in memory).
+// UsageError as SafetensorsFile's.
 std::map<std::string, torch::Tensor> loadSafetensors(const std::string& path);
 
 // A module's parameters and buffers under PyTorch's names ("layers.0.weight").
