@@ -17,6 +17,7 @@
 #include "ltrain/common/error_report.h"
 
 #include "ltrain/common/errors.h"
+#include "ltrain/common/memory_phase.h"
 #include "ltrain/common/stop_signal.h"
 #include "ltrain/config/emit.h"
 #include "ltrain/config/load.h"
@@ -194,6 +195,12 @@ ltrain::inference::InferenceRequest inferenceRequest(const Args& a) {
 std::string oneLine(std::string s) {
   auto nl = s.find('\n');
   return nl == std::string::npos ? s : s.substr(0, nl);
+}
+
+// A failed allocation is told by the phase it failed in, the bytes and the process's limit.
+std::string outOfMemoryOr(const std::string& message) {
+  const std::string oom = ltrain::describeOutOfMemory(message);
+  return oom.empty() ? message : oom;
 }
 
 int fail(int code, const std::string& message) {
@@ -407,8 +414,8 @@ int main(int argc, char** argv) {
   } catch (const ltrain::UsageError& e) {
     return fail(2, oneLine(e.what()));
   } catch (const c10::Error& e) {
-    return fail(1, oneLine(e.what_without_backtrace()));
+    return fail(1, outOfMemoryOr(oneLine(e.what_without_backtrace())));
   } catch (const std::exception& e) {
-    return fail(1, oneLine(e.what()));
+    return fail(1, outOfMemoryOr(oneLine(e.what())));
   }
 }

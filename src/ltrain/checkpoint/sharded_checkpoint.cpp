@@ -22,8 +22,7 @@ namespace {
 // What the checkpoint holds of each component's names: numbers from index.json's "loop",
 // tensors from rank 0's file ("state.<name>"; "rng.cpu" and "rng.cuda" before components had
 // names of their own).
-std::vector<StateDict> readComponents(const io::Json& loop,
-                                      const std::map<std::string, torch::Tensor>& rank0,
+std::vector<StateDict> readComponents(const io::Json& loop, const io::SafetensorsFile& rank0,
                                       const Components& parts) {
   std::vector<StateDict> out;
   for (const auto* part : parts) {
@@ -36,14 +35,39 @@ std::vector<StateDict> readComponents(const io::Json& loop,
                                                        : stateScalar(it->get<double>()));
         continue;
       }
-      auto it = rank0.find("state." + name);
-      if (it == rank0.end() && name.rfind("rng_", 0) == 0) it = rank0.find("rng." + name.substr(4));
-      if (it != rank0.end()) got.emplace_back(name, it->second);
+      std::string key = "state." + name;
+      if (!rank0.find(key) && name.rfind("rng_", 0) == 0) key = "rng." + name.substr(4);
+      if (rank0.find(key)) got.emplace_back(name, rank0.read(key));
     }
     out.push_back(std::move(got));
   }
   return out;
 }
+
+// A deferred model's values from a sharded checkpoint: of each parameter, the elements this rank
+// keeps, from whichever rank files hold them.
+class CheckpointValues final : public models::DeferredValues {
+ public:
+  CheckpointValues(std::shared_ptr<const ShardedCheckpointReader> ckpt,
+                   std::vector<std::string> prefixes)
+      : ckpt_(std::move(ckpt)), prefixes_(std::move(prefixes)) {}
+  void fill(size_t layer, torch::nn::Module& target,
+            const models::WantedElements& wanted) override {
+    torch::NoGradGuard no_grad;
+    for (const auto& p : target.named_parameters()) {
+      const auto [begin, end] = wanted(p.value());
+      if (end <= begin) continue;
+      p.value()
+          .view(-1)
+          .narrow(0, begin, end - begin)
+          .copy_(ckpt_->read(prefixes_.at(layer) + p.key(), "param", begin, end));
+    }
+  }
+
+ private:
+  std::shared_ptr<const ShardedCheckpointReader> ckpt_;
+  std::vector<std::string> prefixes_;
+};
 
 }  // namespace
 
@@ -74,119 +98,199 @@ bool isShardedCheckpoint(const std::string& path) {
   return fs::is_directory(path, ec);
 }
 
-void loadShardedCheckpoint(const std::string& path, torch::nn::Module& model,
-                           torch::optim::Optimizer* opt, const Components& parts) {
-  auto fail = [&](const std::string& why) -> void {
-    throw UsageError(fmt::format("checkpoint '{}' {}", path, why));
-  };
+ShardedCheckpointReader::ShardedCheckpointReader(std::string path) : path_(std::move(path)) {
   std::error_code ec;
-  if (!fs::is_regular_file(path + "/index.json", ec))
+  if (!fs::is_regular_file(path_ + "/index.json", ec))
     fail("is incomplete: it has no index.json (written last, once every rank's part is in)");
-  const io::Json idx = io::readJsonFile(path + "/index.json");
-  std::vector<StateDict> component_states;
-  std::map<std::string, torch::Tensor> params;
-  std::map<std::string, distributed::ParamState> states;
-  std::vector<std::map<std::string, torch::Tensor>> files;
+  const io::Json idx = io::readJsonFile(path_ + "/index.json");
   try {
     if (idx.value("format", "") != kShardedCheckpointFormat)
       fail("is not an ltrain sharded checkpoint");
-    const int64_t world = idx.at("world_size");
-    for (int64_t k = 0; k < world; ++k) {
-      const std::string file = path + "/" + shardedRankFile(k, world);
-      if (!fs::is_regular_file(file, ec)) fail("lacks " + shardedRankFile(k, world));
-      files.push_back(io::loadSafetensors(file));
+    world_ = idx.at("world_size");
+    if (world_ < 1) fail("is corrupt: index.json's world_size is below 1");
+    for (int64_t k = 0; k < world_; ++k) {
+      const std::string file = path_ + "/" + shardedRankFile(k, world_);
+      if (!fs::is_regular_file(file, ec)) fail("lacks " + shardedRankFile(k, world_));
+      files_.push_back(std::make_unique<io::SafetensorsFile>(file));
     }
-    // Each unit's flat tensors, its ranks' slices end to end.
-    auto join = [&](const std::string& key, int64_t padded) {
-      std::vector<torch::Tensor> parts;
-      for (auto& f : files) {
-        auto it = f.find(key);
-        if (it == f.end()) fail(fmt::format("is corrupt: a rank's file has no '{}'", key));
-        if (it->second.dim() != 1 || it->second.numel() * world != padded)
-          fail(fmt::format("is corrupt: a rank's '{}' is not 1/{} of the unit", key, world));
-        parts.push_back(it->second);
-      }
-      auto flat = torch::cat(parts);
-      if (flat.numel() != padded)
-        fail(fmt::format("is corrupt: '{}' has {} elements over its ranks, expected {}", key,
-                         flat.numel(), padded));
-      return flat;
-    };
     const auto& units = idx.at("units");
     for (size_t k = 0; k < units.size(); ++k) {
       const auto& u = units[k];
-      const int64_t padded = u.at("padded");
-      const auto flat = join(fmt::format("u{}.param", k), padded);
-      std::vector<std::pair<std::string, torch::Tensor>> flat_states;
+      Unit unit;
+      unit.padded = u.at("padded");
+      unit.step = u.at("optimizer_step");
+      if (unit.padded < 0 || unit.padded % world_ != 0)
+        fail(fmt::format("is corrupt: unit {}'s length {} is not a multiple of {}", k, unit.padded,
+                         world_));
+      std::vector<std::string> keys{"param"};
       for (const std::string name : u.at("optimizer_states"))
-        flat_states.emplace_back(name, join(fmt::format("u{}.{}", k, name), padded));
+        unit.states.push_back(name), keys.push_back(name);
+      for (const auto& key : keys)  // every rank's file holds 1/world of each of the unit's tensors
+        for (const auto& f : files_) {
+          const auto* e = f->find(fmt::format("u{}.{}", k, key));
+          if (!e) fail(fmt::format("is corrupt: a rank's file has no 'u{}.{}'", k, key));
+          if (e->shape.size() != 1 || e->numel * world_ != unit.padded)
+            fail(fmt::format("is corrupt: a rank's 'u{}.{}' is not 1/{} of the unit", k, key,
+                             world_));
+          if (key == "param" && !c10::isFloatingType(e->dtype))
+            fail(fmt::format("is corrupt: unit {}'s parameters are not floating point", k));
+        }
       for (const auto& p : u.at("params")) {
-        const std::string name = p.at("name");
-        const std::vector<int64_t> shape = p.at("shape");
-        const int64_t offset = p.at("offset");
-        const int64_t numel = c10::multiply_integers(shape);
-        params[name] = flat.narrow(0, offset, numel).view(shape);
-        auto& st = states[name];
-        st.step = u.at("optimizer_step");
-        for (const auto& [sname, t] : flat_states)
-          st.tensors.emplace_back(sname, t.narrow(0, offset, numel).view(shape));
+        Param param;
+        param.unit = k;
+        param.offset = p.at("offset");
+        param.shape = p.at("shape").get<std::vector<int64_t>>();
+        param.numel = c10::multiply_integers(param.shape);
+        if (param.offset < 0 || param.numel < 0 || param.offset + param.numel > unit.padded)
+          fail(fmt::format("is corrupt: '{}' lies outside its unit",
+                           p.at("name").get<std::string>()));
+        params_[p.at("name").get<std::string>()] = std::move(param);
       }
+      units_.push_back(std::move(unit));
     }
-    component_states = readComponents(idx.at("loop"), files[0], parts);
+    loop_ = idx.at("loop");
   } catch (const io::Json::exception& e) {
     fail(fmt::format("is corrupt: index.json: {}", e.what()));
-  } catch (const c10::Error& e) {
-    fail(fmt::format("is corrupt: {}", e.what_without_backtrace()));
   }
+}
 
-  // Everything checked before anything is copied: a checkpoint refused changes nothing.
+ShardedCheckpointReader::~ShardedCheckpointReader() = default;
+
+void ShardedCheckpointReader::fail(const std::string& why) const {
+  throw UsageError(fmt::format("checkpoint '{}' {}", path_, why));
+}
+
+std::vector<StateDict> ShardedCheckpointReader::check(const torch::nn::Module& model,
+                                                      const torch::optim::Optimizer* opt,
+                                                      const Components& parts) const {
   const auto named = model.named_parameters();
   for (const auto& p : named) {
-    auto it = params.find(p.key());
-    if (it == params.end()) fail(fmt::format("is from another model: it has no '{}'", p.key()));
-    if (!it->second.sizes().equals(p.value().sizes()))
+    auto it = params_.find(p.key());
+    if (it == params_.end()) fail(fmt::format("is from another model: it has no '{}'", p.key()));
+    if (!p.value().sizes().equals(it->second.shape))
       fail(fmt::format("is from another model: '{}' has shape [{}] there, this model's is [{}]",
-                       p.key(), fmt::join(it->second.sizes(), ", "),
+                       p.key(), fmt::join(it->second.shape, ", "),
                        fmt::join(p.value().sizes(), ", ")));
   }
-  if (params.size() != named.size())
-    fail(fmt::format("is from another model: it has {} parameters, this model {}", params.size(),
+  if (params_.size() != named.size())
+    fail(fmt::format("is from another model: it has {} parameters, this model {}", params_.size(),
                      named.size()));
   for (const auto& b : model.named_buffers()) {
-    auto it = files[0].find("buffer." + b.key());
-    if (it == files[0].end() || !it->second.sizes().equals(b.value().sizes()))
+    const auto* e = files_[0]->find("buffer." + b.key());
+    if (!e || !b.value().sizes().equals(e->shape))
       fail(fmt::format("is from another model: buffer '{}' is missing or shaped otherwise",
                        b.key()));
   }
   if (opt) {  // the state names must be this optimizer's
     std::set<std::string> want;
-    if (dynamic_cast<torch::optim::SGD*>(opt)) want = {"momentum_buffer"};
-    if (dynamic_cast<torch::optim::Adam*>(opt) || dynamic_cast<torch::optim::AdamW*>(opt))
+    if (dynamic_cast<const torch::optim::SGD*>(opt)) want = {"momentum_buffer"};
+    if (dynamic_cast<const torch::optim::Adam*>(opt) ||
+        dynamic_cast<const torch::optim::AdamW*>(opt))
       want = {"exp_avg", "exp_avg_sq", "max_exp_avg_sq"};
-    for (const auto& [name, st] : states)
-      for (const auto& [sname, t] : st.tensors)
-        if (!want.count(sname))
+    for (const auto& u : units_)
+      for (const auto& name : u.states)
+        if (!want.count(name))
           fail(fmt::format("holds another optimizer's state ('{}'), not this run's optimizer's",
-                           sname));
+                           name));
   }
-  for (const auto& [name, t] : params)
-    if (t.scalar_type() != torch::kFloat && t.scalar_type() != torch::kBFloat16 &&
-        t.scalar_type() != torch::kHalf && t.scalar_type() != torch::kDouble)
-      fail(fmt::format("is corrupt: '{}' is not floating point", name));
+  std::vector<StateDict> states;
   try {
-    for (size_t i = 0; i < parts.size(); ++i) parts[i]->check(component_states[i]);
+    states = readComponents(loop_, *files_[0], parts);
+    for (size_t i = 0; i < parts.size(); ++i) parts[i]->check(states[i]);
+  } catch (const io::Json::exception& e) {
+    fail(fmt::format("is corrupt: index.json's loop: {}", e.what()));
   } catch (const c10::Error& e) {  // a number too large for its type, say
     fail(fmt::format("is corrupt: index.json's loop: {}", e.what_without_backtrace()));
+  } catch (const UsageError&) {
+    throw;
   } catch (const std::runtime_error& e) {
     fail(fmt::format("is unusable: {}", e.what()));
   }
+  return states;
+}
+
+torch::Tensor ShardedCheckpointReader::read(const std::string& name, const std::string& what,
+                                            int64_t begin, int64_t end) const {
+  const Param& p = params_.at(name);
+  const Unit& u = units_[p.unit];
+  const int64_t n = u.padded / world_;
+  const std::string key = fmt::format("u{}.{}", p.unit, what);
+  std::vector<torch::Tensor> pieces;
+  for (int64_t at = p.offset + begin, stop = p.offset + end; at < stop;) {
+    const int64_t r = at / n, upto = std::min(stop, (r + 1) * n);
+    pieces.push_back(files_[static_cast<size_t>(r)]->read(key, at - r * n, upto - at));
+    at = upto;
+  }
+  if (pieces.empty())
+    return torch::empty({0}, torch::TensorOptions().dtype(files_[0]->find(key)->dtype));
+  return pieces.size() == 1 ? pieces[0] : torch::cat(pieces);
+}
+
+const std::vector<std::string>& ShardedCheckpointReader::stateNames(const std::string& name) const {
+  return units_[params_.at(name).unit].states;
+}
+
+int64_t ShardedCheckpointReader::optimizerStep(const std::string& name) const {
+  return units_[params_.at(name).unit].step;
+}
+
+torch::Tensor ShardedCheckpointReader::buffer(const std::string& name) const {
+  return files_[0]->read("buffer." + name);
+}
+
+std::shared_ptr<const ShardedCheckpointReader> resumeDeferred(const std::string& path,
+                                                              models::Classifier& model,
+                                                              const torch::optim::Optimizer& opt,
+                                                              const Components& parts) {
+  auto ckpt = std::make_shared<const ShardedCheckpointReader>(path);
+  const auto states = ckpt->check(*model, &opt, parts);
+  std::vector<torch::Tensor> buffers;
+  for (const auto& b : model->named_buffers()) buffers.push_back(ckpt->buffer(b.key()));
   torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < parts.size(); ++i) parts[i]->load(component_states[i]);
-  for (auto& p : named) p.value().copy_(params.at(p.key()));
-  for (auto& b : model.named_buffers()) b.value().copy_(files[0].at("buffer." + b.key()));
+  for (size_t i = 0; i < parts.size(); ++i) parts[i]->load(states[i]);
+  size_t k = 0;
+  for (auto& b : model->named_buffers()) b.value().copy_(buffers[k++]);
+  std::vector<std::string> prefixes;
+  for (size_t i = 0; i < model->layers->size(); ++i) prefixes.push_back(model->layerPrefix(i));
+  model->deferred = std::make_shared<CheckpointValues>(ckpt, std::move(prefixes));
+  return ckpt;
+}
+
+distributed::PlanState::RangeSource rangeSource(std::shared_ptr<const ShardedCheckpointReader> r) {
+  distributed::PlanState::RangeSource s;
+  s.state_names = [r](const std::string& p) { return r->stateNames(p); };
+  s.step = [r](const std::string& p) { return r->optimizerStep(p); };
+  s.read = [r](const std::string& p, const std::string& what, int64_t b, int64_t e) {
+    return r->read(p, what, b, e);
+  };
+  return s;
+}
+
+void loadShardedCheckpoint(const std::string& path, torch::nn::Module& model,
+                           torch::optim::Optimizer* opt, const Components& parts) {
+  const ShardedCheckpointReader ckpt(path);
+  // Everything checked before anything is copied: a checkpoint refused changes nothing.
+  const auto states = ckpt.check(model, opt, parts);
+  const auto named = model.named_parameters();
+  std::vector<torch::Tensor> values;
+  try {
+    for (const auto& p : named) values.push_back(ckpt.read(p.key(), "param", 0, p.value().numel()));
+  } catch (const c10::Error& e) {
+    throw UsageError(
+        fmt::format("checkpoint '{}' is corrupt: {}", path, e.what_without_backtrace()));
+  }
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < parts.size(); ++i) parts[i]->load(states[i]);
+  for (size_t i = 0; i < named.size(); ++i)
+    named[i].value().copy_(values[i].view(named[i].value().sizes()));
+  for (auto& b : model.named_buffers()) b.value().copy_(ckpt.buffer(b.key()));
   if (!opt) return;
   for (auto& p : named) {
-    const auto& st = states.at(p.key());
+    distributed::ParamState st;
+    st.step = ckpt.optimizerStep(p.key());
+    for (const auto& sname : ckpt.stateNames(p.key()))
+      st.tensors.emplace_back(
+          sname, ckpt.read(p.key(), sname, 0, p.value().numel()).view(p.value().sizes()));
     if (!st.tensors.empty()) distributed::writeParamState(*opt, p.value(), st);
   }
 }

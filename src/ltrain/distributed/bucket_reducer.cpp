@@ -59,7 +59,8 @@ BucketReducer::BucketReducer(ReducedTensors tensors, ProcessGroup& pg, ReducerOp
     throw std::logic_error("BucketReducer: only reduce-scattered buckets can be released");
   torch::NoGradGuard no_grad;
   std::vector<torch::Tensor> state;
-  for (auto& [name, p] : tensors.params) state.push_back(p);
+  if (opts_.broadcast_parameters)
+    for (auto& [name, p] : tensors.params) state.push_back(p);
   state.insert(state.end(), buffers_.begin(), buffers_.end());
   broadcastCoalesced(state);
 

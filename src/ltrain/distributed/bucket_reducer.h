@@ -49,6 +49,9 @@ struct ReducerOptions {
   // became ready (rank 0's), as PyTorch's reducer does. Size-chosen all-reduce buckets only: the
   // sharded optimizers keep state by bucket layout.
   bool rebuild_buckets = false;
+  // Rank 0's parameters broadcast at the start, as DDP's; off for parameters that have no memory
+  // yet (a deferred build, made alike on every rank from the seed). Buffers are broadcast always.
+  bool broadcast_parameters = true;
 };
 
 struct ReducerStats {

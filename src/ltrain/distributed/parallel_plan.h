@@ -16,6 +16,7 @@
 
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -99,6 +100,19 @@ class PlanState {
   // After every rank loaded the same checkpoint into `whole` (an optimizer over the whole model,
   // its state on the CPU): each rank takes its part, next to its parameters.
   virtual void loadWholeOptimizer(const torch::optim::Optimizer& whole) = 0;
+  // A checkpoint read by element ranges (a sharded one): of parameter `param` (by name), its
+  // optimizer states' names and step, and elements [begin, end) of one state, 1-d.
+  struct RangeSource {
+    std::function<std::vector<std::string>(const std::string& param)> state_names;
+    std::function<int64_t(const std::string& param)> step;
+    std::function<torch::Tensor(const std::string& param, const std::string& state, int64_t begin,
+                                int64_t end)>
+        read;
+  };
+  // Where the parameters are sharded: each rank reads the optimizer state of its own slices only.
+  virtual void loadOptimizerRanges(const RangeSource& /*source*/) {
+    throw std::logic_error("this plan reads no optimizer state by ranges");
+  }
   // Non-empty where the parameters are sharded: this rank's units, and each rank then writes
   // its own part of a checkpoint.
   virtual std::vector<UnitShard> unitShards() { return {}; }
@@ -157,6 +171,10 @@ struct PlanSetup {
   // to install the hooks that run around each layer's forward (null: uninstall).
   std::vector<std::vector<torch::Tensor>> layer_params;
   std::function<void(std::shared_ptr<models::LayerHooks>)> set_layer_hooks;
+  // Set when the model was built deferred (its parameters have no memory yet): writes layer i's
+  // values into its parameters, once they have memory. Only a strategy that shards the
+  // parameters takes such a model.
+  std::function<void(size_t layer, const models::WantedElements& wanted)> fill_layer;
 };
 
 // A way of spreading a model. The first strategy in strategies() that claims a setup makes its
@@ -178,6 +196,11 @@ struct PlanHooks {
   size_t extra_scalars = 0;
   std::function<void(float*)> fill_extras;
 };
+
+// Whether the plan parallelize() makes for dist.* keeps the parameters sharded (dist.zero 3 with a
+// process group): the model is then built deferred (models/layerwise.h). Asked before the group
+// exists.
+bool shardsParameters(const config::DistConfig& dist, bool grouped);
 
 // The one call that decides how a placed model is spread over `pg`'s ranks (null: one process):
 // its devices (a pipeline's stages), its layers, and dist.* pick the strategy.

@@ -7,31 +7,11 @@
 #include <map>
 #include <numeric>
 
+#include "ltrain/common/tensor_storage.h"
 #include "ltrain/distributed/process_group.h"
 
 namespace ltrain::distributed {
 namespace {
-
-// A buffer's storage emptied and refilled in place: every tensor viewing it (the parameters,
-// and what autograd saved of them) sees the memory come and go.
-void allocateStorage(const torch::Tensor& t) {
-  auto* s = t.storage().unsafeGetStorageImpl();
-  const auto bytes = static_cast<size_t>(t.numel()) * t.element_size();
-  if (s->nbytes() == bytes) return;
-  c10::Allocator* a = s->allocator() ? s->allocator() : c10::GetAllocator(t.device().type());
-  s->set_data_ptr_noswap(a->allocate(bytes));
-  s->set_nbytes(bytes);
-}
-
-void freeStorage(const torch::Tensor& t) {
-  auto* s = t.storage().unsafeGetStorageImpl();
-  s->set_data_ptr_noswap(c10::DataPtr(nullptr, t.device()));
-  s->set_nbytes(0);
-}
-
-bool hasStorage(const torch::Tensor& t) {
-  return t.storage().nbytes() > 0;
-}
 
 // Identity forward; its backward runs before the backward of what produced its input: the unit
 // is gathered there.

@@ -18,6 +18,10 @@ std::vector<Strategy>& strategies() {
   return list;
 }
 
+bool shardsParameters(const config::DistConfig& dist, bool grouped) {
+  return grouped && dist.zero == 3;  // the zero row's stage 3
+}
+
 std::unique_ptr<ParallelPlan> planFor(PlanSetup setup) {
   for (const auto& s : strategies())
     if (s.claims(setup)) return s.make(std::move(setup));
@@ -39,6 +43,13 @@ std::unique_ptr<ParallelPlan> parallelize(models::Classifier& model, const confi
   setup.set_layer_hooks = [m = model](std::shared_ptr<models::LayerHooks> h) mutable {
     m->layer_hooks = std::move(h);
   };
+  if (model->deferred) {
+    if (!shardsParameters(dist, pg != nullptr))
+      throw std::logic_error("a model built deferred needs a plan that shards its parameters");
+    setup.fill_layer = [m = model](size_t l, const models::WantedElements& wanted) {
+      m->deferred->fill(l, *m->layers->ptr(l), wanted);
+    };
+  }
   return planFor(std::move(setup));
 }
 

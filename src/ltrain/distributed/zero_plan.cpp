@@ -11,8 +11,10 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <map>
 
+#include "ltrain/common/tensor_storage.h"
 #include "ltrain/distributed/bucket_reducer.h"
 #include "ltrain/distributed/gradients.h"
 #include "ltrain/distributed/optimizer_state.h"
@@ -38,6 +40,9 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
         fill_extras_(std::move(s.fill_extras)) {
     ReducerOptions o;
     o.bucket_cap_mb = s.dist.bucket_cap_mb;
+    if (s.fill_layer && stage_ != 3)
+      throw std::logic_error("a model built deferred needs dist.zero 3");
+    o.broadcast_parameters = !s.fill_layer;  // deferred: made alike on every rank below
     o.collective = ReducerOptions::Collective::kReduceScatter;
     o.release_after_reduce = stage_ >= 2;
     auto tensors = ReducedTensors::of(*model_);
@@ -64,7 +69,10 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
       const auto& first = sh.bucket.params.front();
       if (sh.bucket.shard.scalar_type() != first.scalar_type())
         throw std::logic_error("ZeRO-1 gradients must travel in the parameters' dtype");
-      sh.param = flatSlice(sh, sh.bucket.params).set_requires_grad(true);
+      auto slice = s.fill_layer ? filledSlice(sh, unit_of.at(first.unsafeGetTensorImpl()),
+                                              unit_of_layer, s.fill_layer)
+                                : flatSlice(sh, sh.bucket.params);
+      sh.param = slice.set_requires_grad(true);
       // The optimizer reads the reduce-scatter's output in place: no copy per step.
       sh.param.mutable_grad() = sh.bucket.shard;
       slices.push_back(sh.param);
@@ -166,6 +174,7 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
   }
 
   void loadWholeOptimizer(const torch::optim::Optimizer& whole) override;
+  void loadOptimizerRanges(const RangeSource& source) override;
 
   std::vector<UnitShard> unitShards() override;
 
@@ -203,6 +212,36 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
       flat.narrow(0, s.bucket.offsets[i], per_param[i].numel()).copy_(per_param[i].reshape(-1));
     const int64_t n = s.bucket.padded / world_;
     return flat.narrow(0, rank_ * n, n).clone();
+  }
+
+  // A deferred build's unit: its values made here, a layer at a time, into one flat buffer of
+  // which this rank keeps its slice; the buffer goes at once, and the parameters have no memory
+  // again (the whole model never exists on this rank).
+  torch::Tensor filledSlice(const Shard& s, int64_t unit, const std::vector<int64_t>& unit_of_layer,
+                            const decltype(PlanSetup::fill_layer)& fill_layer) const {
+    torch::NoGradGuard no_grad;
+    const auto& first = s.bucket.params.front();
+    auto flat = torch::zeros({s.bucket.padded}, first.options());
+    std::map<const c10::TensorImpl*, int64_t> offset_of;
+    for (size_t i = 0; i < s.bucket.params.size(); ++i) {
+      auto& p = s.bucket.params[i];
+      p.set_data(flat.narrow(0, s.bucket.offsets[i], p.numel()).view(p.sizes()));
+      offset_of[p.unsafeGetTensorImpl()] = s.bucket.offsets[i];
+    }
+    const int64_t n = s.bucket.padded / world_;
+    // Of each parameter, the elements that fall into this rank's slice.
+    auto wanted = [&, lo = rank_ * n, hi = (rank_ + 1) * n](const torch::Tensor& p) {
+      auto it = offset_of.find(p.unsafeGetTensorImpl());
+      if (it == offset_of.end()) return std::pair<int64_t, int64_t>{0, 0};
+      const int64_t b = std::clamp(lo - it->second, int64_t{0}, p.numel());
+      const int64_t e = std::clamp(hi - it->second, int64_t{0}, p.numel());
+      return std::pair<int64_t, int64_t>{b, e};
+    };
+    for (size_t l = 0; l < unit_of_layer.size(); ++l)
+      if (unit_of_layer[l] == unit) fill_layer(l, wanted);
+    auto slice = flat.narrow(0, rank_ * n, n).clone();
+    for (const auto& p : s.bucket.params) p.set_data(storageless(p.sizes(), p.options()));
+    return slice;
   }
 
   void allGatherParameters();
@@ -375,6 +414,39 @@ void ZeroPlan::loadWholeOptimizer(const torch::optim::Optimizer& whole) {
       st.tensors.emplace_back(like.tensors[k].first, flatSlice(s, tensors));
     }
     writeParamState(*opt_, s.param, st);
+  }
+}
+
+// Of each bucket, this rank's slice of every state, read from the checkpoint element range by
+// element range; a parameter without state there starts from zero moments, as in
+// loadWholeOptimizer.
+void ZeroPlan::loadOptimizerRanges(const RangeSource& source) {
+  torch::NoGradGuard no_grad;
+  const auto names = reducer_->bucketParameterNames();
+  for (size_t b = 0; b < shards_.size(); ++b) {
+    const auto& s = shards_[b];
+    const int64_t n = s.bucket.padded / world_, lo = rank_ * n, hi = lo + n;
+    ParamState st;
+    std::vector<std::string> state_names;
+    for (const auto& name : names[b]) {
+      const auto& here = source.state_names(name);
+      if (here.empty()) continue;
+      if (state_names.empty()) state_names = here, st.step = source.step(name);
+    }
+    for (const auto& sname : state_names) {
+      auto slice = torch::zeros({n}, s.param.detach().options());
+      for (size_t i = 0; i < s.bucket.params.size(); ++i) {
+        const int64_t off = s.bucket.offsets[i], numel = s.bucket.params[i].numel();
+        const int64_t begin = std::clamp(lo - off, int64_t{0}, numel);
+        const int64_t end = std::clamp(hi - off, int64_t{0}, numel);
+        const auto& has = source.state_names(names[b][i]);
+        if (end <= begin || std::find(has.begin(), has.end(), sname) == has.end()) continue;
+        slice.narrow(0, off + begin - lo, end - begin)
+            .copy_(source.read(names[b][i], sname, begin, end));
+      }
+      st.tensors.emplace_back(sname, slice);
+    }
+    if (!st.tensors.empty()) writeParamState(*opt_, s.param, st);
   }
 }
 

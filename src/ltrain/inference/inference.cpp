@@ -1,13 +1,18 @@
 #include "ltrain/inference/inference.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <memory>
 
 #include "ltrain/checkpoint/checkpoint.h"
+#include "ltrain/checkpoint/sharded_checkpoint.h"
 #include "ltrain/common/errors.h"
+#include "ltrain/common/memory_phase.h"
 #include "ltrain/config/hf_config.h"
 #include "ltrain/config/model_families.h"
 #include "ltrain/io/files.h"
@@ -64,15 +69,47 @@ std::string findTokenizer(const InferenceRequest& req, const config::ExperimentC
 // The vocabulary a .safetensors of ltrain's holds: its token embedding's rows.
 int64_t vocabFromWeights(const std::string& weights) {
   if (weights.empty() || !isSafetensors(weights)) return 0;
-  const auto tensors = io::loadSafetensors(weights);
+  const io::SafetensorsFile file(weights);  // its header alone
   for (const char* name : {"layers.0.wte.weight", "model.embed_tokens.weight"})
-    if (auto it = tensors.find(name); it != tensors.end()) return it->second.size(0);
+    if (const auto* e = file.find(name); e && !e->shape.empty()) return e->shape[0];
   return 0;
+}
+
+bool isShardedDir(const std::string& weights) {
+  std::error_code ec;
+  return !weights.empty() && fs::exists(fs::path(weights) / "index.json", ec);
+}
+
+// A model built without parameter memory reads its weights one parameter at a time, after every
+// name and shape was checked against the file's header or the checkpoint's index.
+models::ParameterValues streamedValues(const std::string& weights, const models::Classifier& m) {
+  if (isShardedDir(weights)) {
+    auto ckpt = std::make_shared<const checkpoint::ShardedCheckpointReader>(weights);
+    ckpt->check(*m, nullptr, {});
+    std::map<std::string, std::vector<int64_t>> shapes;
+    for (const auto& p : m->named_parameters()) shapes[p.key()] = p.value().sizes().vec();
+    return [ckpt, shapes](const std::string& name) {
+      const auto& shape = shapes.at(name);
+      return ckpt->read(name, "param", 0, c10::multiply_integers(shape)).view(shape);
+    };
+  }
+  auto file = std::make_shared<const io::SafetensorsFile>(weights);
+  for (const auto& p : m->named_parameters()) {
+    const auto* e = file->find(p.key());
+    if (!e)
+      throw UsageError(fmt::format("safetensors file '{}' has no tensor '{}' that the model needs",
+                                   weights, p.key()));
+    if (!p.value().sizes().equals(e->shape))
+      throw UsageError(fmt::format(
+          "safetensors file '{}': tensor '{}' has shape {}, the model expects {}", weights, p.key(),
+          fmt::join(e->shape, "x"), fmt::join(p.value().sizes(), "x")));
+  }
+  return [file](const std::string& name) { return file->read(name); };
 }
 
 }  // namespace
 
-LoadedModel loadTrainedModel(const InferenceRequest& req, bool need_codec) {
+LoadedModel loadTrainedModel(const InferenceRequest& req, bool need_codec, bool streamed) {
   std::error_code ec;
   if (req.config.empty() && req.run.empty())
     throw UsageError("expected a CONFIG.yaml argument or --run RUN_DIR");
@@ -129,8 +166,11 @@ LoadedModel loadTrainedModel(const InferenceRequest& req, bool need_codec) {
   torch::manual_seed(static_cast<uint64_t>(cfg.seed));
   config::ModelConfig m = cfg.model;
   m.placement = config::Placement::kSingle;  // one device: decoding is sequential anyway
-  lm.model = models::build(m, {cfg.model.block_size}, lm.vocab, /*tokens=*/true);
-  if (lm.weights.empty())
+  streamed = streamed && (isSafetensors(lm.weights) || isShardedDir(lm.weights));
+  lm.model = models::build(m, {cfg.model.block_size}, lm.vocab, /*tokens=*/true, streamed);
+  if (streamed)
+    lm.values = streamedValues(lm.weights, lm.model);
+  else if (lm.weights.empty())
     models::loadInitialWeights(lm.model, cfg.model);
   else if (isSafetensors(lm.weights))
     io::loadModuleState(*lm.model, lm.weights);
@@ -170,14 +210,16 @@ void runGenerate(const InferenceRequest& req, const std::string& prompt,
 
 void runExport(const InferenceRequest& req, const std::string& hf_dir) {
   if (hf_dir.empty()) throw UsageError("export: expected --hf DIR");
-  auto lm = loadTrainedModel(req, /*need_codec=*/false);
+  // One tensor of the weights in memory at a time: a model too large for this host exports.
+  MemoryPhase memory("export");
+  auto lm = loadTrainedModel(req, /*need_codec=*/false, /*streamed=*/true);
   const auto& cfg = lm.lc.cfg;
   int64_t max_positions = 0;  // an imported Llama keeps its max_position_embeddings
   if (config::isHfModelDir(cfg.model.init_from)) {
     const auto j = io::readJsonFile(cfg.model.init_from + "/config.json");
     max_positions = j.value("max_position_embeddings", int64_t{0});
   }
-  models::exportHf(lm.model, cfg.model, lm.vocab, hf_dir, max_positions);
+  models::exportHf(lm.model, cfg.model, lm.vocab, hf_dir, max_positions, lm.values);
   if (!lm.tokenizer_file.empty() && fs::path(lm.tokenizer_file).filename() == "tokenizer.json") {
     io::writeFileAtomic(hf_dir + "/tokenizer.json", io::readFile(lm.tokenizer_file));
     io::writeFileAtomic(hf_dir + "/tokenizer_config.json",

@@ -8,6 +8,7 @@
 #include "ltrain/config/load.h"
 #include "ltrain/data/codec.h"
 #include "ltrain/models/generate.h"
+#include "ltrain/models/hf_checkpoint.h"
 #include "ltrain/models/model.h"
 
 namespace ltrain::inference {
@@ -27,11 +28,15 @@ struct LoadedModel {
   std::string weights;                     // where they came from, for messages
   std::unique_ptr<data::TextCodec> codec;  // null when none was found (export needs none)
   std::string tokenizer_file;
+  // Set when the model was built without parameter memory (`streamed`): reads one parameter
+  // from the weights (model.safetensors or a sharded checkpoint), by ltrain's name.
+  models::ParameterValues values;
 };
 
 // UsageError naming what is missing: no weights to load, a model that is no language model, no
-// vocabulary size to build it with.
-LoadedModel loadTrainedModel(const InferenceRequest& req, bool need_codec);
+// vocabulary size to build it with. `streamed` (export): weights in a model.safetensors or a
+// sharded checkpoint are checked, not loaded, and read one tensor at a time through `values`.
+LoadedModel loadTrainedModel(const InferenceRequest& req, bool need_codec, bool streamed = false);
 
 // ltrain generate: prints the prompt and what follows it on stdout, tokens/s on stderr.
 void runGenerate(const InferenceRequest& req, const std::string& prompt,

@@ -167,42 +167,54 @@ TORCH_MODULE(LmHead);
 
 }  // namespace
 
-torch::nn::Sequential buildGpt(const config::ModelConfig& cfg, const std::vector<int64_t>& shape,
-                               int64_t vocab) {
+Layerwise gptLayers(const config::ModelConfig& cfg, const std::vector<int64_t>& shape,
+                    int64_t vocab) {
   if (cfg.n_embd % cfg.n_head != 0)
     throw UsageError(fmt::format("model.n_embd ({}) must be a multiple of model.n_head ({})",
                                  cfg.n_embd, cfg.n_head));
   if (shape[0] > cfg.block_size)
     throw UsageError(fmt::format("model gpt: sequences of {} tokens exceed model.block_size {}",
                                  shape[0], cfg.block_size));
-  torch::nn::Sequential seq;
-  Embedding emb(vocab, cfg.block_size, cfg.n_embd, cfg.dropout);
-  seq->push_back(emb);
+  Layerwise f;
+  using Built = const torch::nn::Sequential&;
+  f.layers.emplace_back([=](Built) {
+    return torch::nn::AnyModule(Embedding(vocab, cfg.block_size, cfg.n_embd, cfg.dropout));
+  });
   for (int64_t i = 0; i < cfg.n_layer; ++i)
-    seq->push_back(Block(cfg.n_embd, cfg.n_head, cfg.dropout, cfg.gelu == config::Gelu::kTanh));
-  seq->push_back(torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd})));
-  seq->push_back(LmHead(cfg.n_embd, vocab, cfg.tie_weights ? emb : Embedding(nullptr)));
+    f.layers.emplace_back([=](Built) {
+      return torch::nn::AnyModule(
+          Block(cfg.n_embd, cfg.n_head, cfg.dropout, cfg.gelu == config::Gelu::kTanh));
+    });
+  f.layers.emplace_back([=](Built) {
+    return torch::nn::AnyModule(torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd})));
+  });
+  f.layers.emplace_back([=](Built built) {
+    return torch::nn::AnyModule(
+        LmHead(cfg.n_embd, vocab,
+               cfg.tie_weights ? Embedding(built->ptr<EmbeddingImpl>(0)) : Embedding(nullptr)));
+  });
 
   // GPT-2's initialisation: N(0, 0.02) for matrices and embeddings, zero biases, and the residual
   // projections scaled by 1/sqrt(2 n_layer) so that the residual stream's variance does not grow
   // with depth.
-  torch::NoGradGuard no_grad;
   const double proj_std = 0.02 / std::sqrt(2.0 * static_cast<double>(cfg.n_layer));
-  for (auto& item : seq->named_parameters()) {
-    const std::string& name = item.key();
-    torch::Tensor& p = item.value();
-    const bool bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
-    const bool final_norm = name.rfind(std::to_string(cfg.n_layer + 1) + ".", 0) == 0;
-    if (name.find(".ln_") != std::string::npos || final_norm)
-      continue;  // LayerNorms keep ones and zeros
-    if (bias)
-      p.zero_();
-    else if (name.find("c_proj.weight") != std::string::npos)
-      p.normal_(0.0, proj_std);
-    else
-      p.normal_(0.0, 0.02);
-  }
-  return seq;
+  const auto final_norm = static_cast<size_t>(cfg.n_layer + 1);
+  f.init = [proj_std, final_norm](size_t layer, torch::nn::Module& m) {
+    if (layer == final_norm) return;  // LayerNorms keep ones and zeros
+    for (auto& item : m.named_parameters()) {
+      const std::string& name = item.key();
+      torch::Tensor& p = item.value();
+      const bool bias = name.size() >= 4 && name.compare(name.size() - 4, 4, "bias") == 0;
+      if (name.rfind("ln_", 0) == 0) continue;
+      if (bias)
+        p.zero_();
+      else if (name.find("c_proj.weight") != std::string::npos)
+        p.normal_(0.0, proj_std);
+      else
+        p.normal_(0.0, 0.02);
+    }
+  };
+  return f;
 }
 
 }  // namespace ltrain::models

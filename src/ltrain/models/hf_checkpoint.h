@@ -3,6 +3,7 @@
 // already; gpt's map onto GPT2LMHeadModel's (transformer.h.0.attn.c_attn.weight, ...), whose
 // Conv1D matrices are stored transposed ([in, out]).
 #pragma once
+#include <functional>
 #include <string>
 
 #include "ltrain/config/experiment_config.h"
@@ -17,7 +18,12 @@ void loadInitialWeights(Classifier& model, const config::ModelConfig& cfg);
 // Writes `dir` as transformers' from_pretrained reads it: config.json, generation_config.json and
 // model.safetensors (float32). `max_positions`: the config's max_position_embeddings for llama (0:
 // model.block_size). UsageError when the directory holds files ltrain did not write.
+// The tensors are written one at a time (io::SafetensorsStream): `values`, where given, reads
+// parameter `name` (ltrain's name) from wherever it is stored, so that a model built without
+// parameter memory (models::build(.., deferred)) is exported with one tensor in memory at a time.
+using ParameterValues = std::function<torch::Tensor(const std::string& name)>;
 void exportHf(const Classifier& model, const config::ModelConfig& cfg, int64_t vocab,
-              const std::string& dir, int64_t max_positions = 0);
+              const std::string& dir, int64_t max_positions = 0,
+              const ParameterValues& values = nullptr);
 
 }  // namespace ltrain::models

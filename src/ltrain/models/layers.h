@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "ltrain/config/experiment_config.h"
+#include "ltrain/models/layerwise.h"
 #include "ltrain/models/model.h"
 
 namespace ltrain::models {
@@ -17,9 +18,9 @@ int64_t appendDense(torch::nn::Sequential& seq, int64_t in, const std::vector<in
                     const config::ModelConfig& cfg);
 torch::nn::Sequential buildMlp(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
 torch::nn::Sequential buildCnn(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
-torch::nn::Sequential buildGpt(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
+Layerwise gptLayers(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
 torch::nn::Sequential buildResnet(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
-// Named as transformers' LlamaForCausalLM (see llama.cpp), hence a whole Classifier.
-Classifier buildLlama(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
+// Named as transformers' LlamaForCausalLM (see llama.cpp): its wrap registers those names.
+Layerwise llamaLayers(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
 
 }  // namespace ltrain::models

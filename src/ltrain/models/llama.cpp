@@ -17,6 +17,7 @@
 #include "ltrain/common/errors.h"
 #include "ltrain/models/activation_checkpoint.h"
 #include "ltrain/models/decoding.h"
+#include "ltrain/models/layers.h"
 #include "ltrain/models/model.h"
 
 namespace ltrain::models {
@@ -184,7 +185,7 @@ TORCH_MODULE(Head);
 
 }  // namespace
 
-Classifier buildLlama(const config::ModelConfig& cfg, const std::vector<int64_t>& shape,
+Layerwise llamaLayers(const config::ModelConfig& cfg, const std::vector<int64_t>& shape,
                       int64_t vocab) {
   if (shape.size() != 1)
     throw UsageError(fmt::format(
@@ -196,38 +197,48 @@ Classifier buildLlama(const config::ModelConfig& cfg, const std::vector<int64_t>
                                  shape[0], cfg.block_size));
   const int64_t head_size = cfg.n_embd / cfg.n_head;
   auto rotary = std::make_shared<RotaryTables>(head_size, cfg.rope_theta);
-  torch::nn::Sequential seq;
-  auto named = std::make_shared<torch::nn::Module>();  // "model": embed_tokens, layers, norm
-  auto blocks = std::make_shared<torch::nn::Module>();
-  std::vector<std::string> prefixes;
-  TokenEmbedding embed(vocab, cfg.n_embd, cfg.block_size);
-  seq->push_back(embed);
-  named->register_module("embed_tokens", embed);
-  prefixes.push_back("model.embed_tokens.");
-  for (int64_t i = 0; i < cfg.n_layer; ++i) {
-    DecoderLayer layer(cfg, rotary);
-    seq->push_back(layer);
-    blocks->register_module(std::to_string(i), layer);
-    prefixes.push_back(fmt::format("model.layers.{}.", i));
-  }
-  named->register_module("layers", blocks);
-  RmsNorm norm(cfg.n_embd, cfg.norm_eps);
-  seq->push_back(norm);
-  named->register_module("norm", norm);
-  prefixes.push_back("model.norm.");
-  Head head(cfg.n_embd, vocab, cfg.tie_weights ? embed : TokenEmbedding(nullptr));
-  seq->push_back(head);
-  prefixes.push_back("lm_head.");
-  std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> tree{{"model", named}};
-  if (!cfg.tie_weights) tree.emplace_back("lm_head", head.ptr());
-  Classifier model(seq, std::move(tree), std::move(prefixes));
-
+  Layerwise f;
+  using Built = const torch::nn::Sequential&;
+  f.layers.emplace_back([=](Built) {
+    return torch::nn::AnyModule(TokenEmbedding(vocab, cfg.n_embd, cfg.block_size));
+  });
+  for (int64_t i = 0; i < cfg.n_layer; ++i)
+    f.layers.emplace_back([=](Built) { return torch::nn::AnyModule(DecoderLayer(cfg, rotary)); });
+  f.layers.emplace_back(
+      [=](Built) { return torch::nn::AnyModule(RmsNorm(cfg.n_embd, cfg.norm_eps)); });
+  f.layers.emplace_back([=](Built built) {
+    return torch::nn::AnyModule(Head(cfg.n_embd, vocab,
+                                     cfg.tie_weights
+                                         ? TokenEmbedding(built->ptr<TokenEmbeddingImpl>(0))
+                                         : TokenEmbedding(nullptr)));
+  });
   // transformers' LlamaPreTrainedModel: N(0, 0.02) for every matrix and the embedding; the norms
   // keep their ones.
-  torch::NoGradGuard no_grad;
-  for (auto& p : model->named_parameters())
-    if (p.value().dim() == 2) p.value().normal_(0.0, 0.02);
-  return model;
+  f.init = [](size_t, torch::nn::Module& m) {
+    for (auto& p : m.parameters())
+      if (p.dim() == 2) p.normal_(0.0, 0.02);
+  };
+  // The layers under transformers' names: model.embed_tokens, model.layers.<i>, model.norm,
+  // lm_head (unless tied).
+  f.wrap = [n_layer = cfg.n_layer, tied = cfg.tie_weights](torch::nn::Sequential seq) {
+    auto named = std::make_shared<torch::nn::Module>();
+    auto blocks = std::make_shared<torch::nn::Module>();
+    std::vector<std::string> prefixes;
+    named->register_module("embed_tokens", seq->ptr(0));
+    prefixes.push_back("model.embed_tokens.");
+    for (int64_t i = 0; i < n_layer; ++i) {
+      blocks->register_module(std::to_string(i), seq->ptr(static_cast<size_t>(i + 1)));
+      prefixes.push_back(fmt::format("model.layers.{}.", i));
+    }
+    named->register_module("layers", blocks);
+    named->register_module("norm", seq->ptr(static_cast<size_t>(n_layer + 1)));
+    prefixes.push_back("model.norm.");
+    prefixes.push_back("lm_head.");
+    std::vector<std::pair<std::string, std::shared_ptr<torch::nn::Module>>> tree{{"model", named}};
+    if (!tied) tree.emplace_back("lm_head", seq->ptr(static_cast<size_t>(n_layer + 2)));
+    return Classifier(seq, std::move(tree), std::move(prefixes));
+  };
+  return f;
 }
 
 }  // namespace ltrain::models

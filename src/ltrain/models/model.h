@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ltrain/config/experiment_config.h"
+#include "ltrain/models/deferred_values.h"
 #include "ltrain/models/layer_hooks.h"
 
 namespace ltrain::models {
@@ -116,6 +117,9 @@ struct ClassifierImpl : torch::nn::Cloneable<ClassifierImpl> {
   std::vector<std::pair<size_t, size_t>> checkpoint_segments;  // layers [first, second)
   // Called around every layer's forward when set (dist.zero 3's gathers; not under a pipeline).
   std::shared_ptr<LayerHooks> layer_hooks;
+  // Set when the parameters were made without memory (build(.., deferred)): their values, a layer
+  // at a time, for the plan that shards them.
+  std::shared_ptr<DeferredValues> deferred;
 
  private:
   torch::Tensor pipelineForward(const torch::Tensor& x);
@@ -133,8 +137,10 @@ TORCH_MODULE(Classifier);
 // Builds cfg.model for inputs of `input_shape` (one example: [C, H, W], [F], or [T] token ids
 // when `tokens`) and `num_classes` outputs (the vocabulary for tokens). Throws UsageError when the
 // shape does not fit the model (too many pooling stages, a layer graph that does not fit).
+// `deferred` (dist.zero 3): gpt and llama are made with parameters that have no memory and
+// model->deferred set (models/layerwise.h); other families are built whole.
 Classifier build(const config::ModelConfig& cfg, const std::vector<int64_t>& input_shape,
-                 int64_t num_classes, bool tokens = false);
+                 int64_t num_classes, bool tokens = false, bool deferred = false);
 
 // model.name torchscript (models/torchscript.cpp): UsageError for a file that is no TorchScript
 // archive, a module without parameters, or one whose forward takes other arguments or gives

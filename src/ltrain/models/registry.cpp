@@ -39,17 +39,20 @@ int64_t appendDense(torch::nn::Sequential& seq, int64_t in, const std::vector<in
 }
 
 Classifier build(const config::ModelConfig& cfg, const std::vector<int64_t>& input_shape,
-                 int64_t num_classes, bool tokens) {
+                 int64_t num_classes, bool tokens, bool deferred) {
+  auto layerwise = [deferred](Layerwise f) {
+    return deferred ? buildDeferred(std::move(f)) : buildWhole(f);
+  };
   if (cfg.name == "layers")
     return Classifier(buildLayerGraph(cfg.layers, input_shape, num_classes, tokens).seq);
   if (cfg.name == "torchscript") return loadTorchScript(cfg.path, input_shape, num_classes, tokens);
-  if (cfg.name == "llama") return buildLlama(cfg, input_shape, num_classes);
+  if (cfg.name == "llama") return layerwise(llamaLayers(cfg, input_shape, num_classes));
   if (cfg.name == "gpt") {
     if (input_shape.size() != 1)
       throw UsageError(fmt::format(
           "model gpt: expected token sequences (data.dataset: text), got inputs of {} dimensions",
           input_shape.size()));
-    return Classifier(buildGpt(cfg, input_shape, num_classes));
+    return layerwise(gptLayers(cfg, input_shape, num_classes));
   }
   // The MLP flattens whatever it gets (images, or a table's feature vectors); the CNN needs images.
   if (input_shape.empty() || (cfg.name != "mlp" && input_shape.size() != 3))

@@ -9,6 +9,7 @@
 #include "ltrain/common/errors.h"
 #include "ltrain/cuda/plugin.h"
 #include "ltrain/distributed/data_parallel.h"
+#include "ltrain/models/layerwise.h"
 
 namespace ltrain::train {
 namespace {
@@ -69,6 +70,8 @@ void placeModel(models::Classifier& model, const config::ModelConfig& m, const D
   if (m.placement == config::Placement::kPipeline) {
     model->placePipeline(d.stages, m.micro_batches);
     model->one_f_one_b = m.pipeline_schedule == "1f1b";
+  } else if (model->deferred) {  // its parameters have no memory yet: they get it when sharded
+    models::placeDeferred(model, d.main);
   } else {
     model->to(d.main);
   }

@@ -14,13 +14,12 @@ constexpr const char* kRankZeroFailed =
     "failed: ";  // a prefix no path starts with
 
 // The first of the run's candidate checkpoints that loads, newest first.
-void loadNewestReadable(RunDir& run, torch::nn::Module& model, torch::optim::Optimizer& whole,
-                        const checkpoint::Components& parts, Reporter& reporter) {
+void loadNewestReadable(RunDir& run, const LoadCheckpoint& load, Reporter& reporter) {
   std::vector<std::string> candidates{*run.resume_from};
   candidates.insert(candidates.end(), run.fallbacks.begin(), run.fallbacks.end());
   for (size_t i = 0; i < candidates.size(); ++i) {
     try {
-      checkpoint::loadCheckpoint(candidates[i], model, whole, parts);
+      load(candidates[i]);
       run.resume_from = candidates[i];
       return;
     } catch (const UsageError& e) {
@@ -55,12 +54,11 @@ RunDir agreeOnRunDir(const config::LoadedConfig& lc, const TrainRequest& req,
   return run;
 }
 
-bool resumeIfAny(RunDir& run, torch::nn::Module& model, torch::optim::Optimizer& whole,
-                 const checkpoint::Components& parts, const distributed::Runtime& rt,
+bool resumeIfAny(RunDir& run, const LoadCheckpoint& load, const distributed::Runtime& rt,
                  distributed::ProcessGroup* pg, Reporter& reporter) {
   if (rt.isMain() && run.resume_from) {
     try {
-      loadNewestReadable(run, model, whole, parts, reporter);
+      loadNewestReadable(run, load, reporter);
     } catch (const UsageError& e) {
       if (pg) pg->broadcastString("resume_from", std::string(kRankZeroFailed) + e.what());
       throw;
@@ -72,7 +70,7 @@ bool resumeIfAny(RunDir& run, torch::nn::Module& model, torch::optim::Optimizer&
       throw UsageError("rank 0 could not resume: " + chosen.substr(std::strlen(kRankZeroFailed)));
     if (!rt.isMain() && !chosen.empty()) {
       run.resume_from = chosen;
-      checkpoint::loadCheckpoint(chosen, model, whole, parts);
+      load(chosen);
     }
   }
   return run.resume_from.has_value();

@@ -6,7 +6,9 @@
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
 
+#include <functional>
 #include <optional>
+#include <string>
 
 #include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/config/load.h"
@@ -25,10 +27,13 @@ struct TrainRequest {
 RunDir agreeOnRunDir(const config::LoadedConfig& lc, const TrainRequest& req,
                      const distributed::Runtime& rt, distributed::ProcessGroup* pg);
 
-// Loads the chosen checkpoint into `model`, `whole` (an optimizer over the whole model, on the
-// CPU) and the run's other stateful components. False: a fresh start, nothing loaded.
-bool resumeIfAny(RunDir& run, torch::nn::Module& model, torch::optim::Optimizer& whole,
-                 const checkpoint::Components& parts, const distributed::Runtime& rt,
+// Loads the chosen checkpoint (its path) into the model, the optimizer and the run's other
+// stateful components; UsageError when it is unusable, nothing then changed.
+using LoadCheckpoint = std::function<void(const std::string& path)>;
+
+// Rank 0 loads the newest usable checkpoint, then every other rank the one it chose. False: a
+// fresh start, nothing loaded.
+bool resumeIfAny(RunDir& run, const LoadCheckpoint& load, const distributed::Runtime& rt,
                  distributed::ProcessGroup* pg, Reporter& reporter);
 
 }  // namespace ltrain::train

@@ -19,9 +19,11 @@
 #include <sstream>
 
 #include "ltrain/checkpoint/checkpointing.h"
+#include "ltrain/checkpoint/sharded_checkpoint.h"
 #include "ltrain/common/error_report.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/common/memory.h"
+#include "ltrain/common/memory_phase.h"
 #include "ltrain/common/stop_signal.h"
 #include "ltrain/config/validate.h"
 #include "ltrain/data/distributed_sampler.h"
@@ -32,6 +34,7 @@
 #include "ltrain/io/safetensors.h"
 #include "ltrain/models/hf_checkpoint.h"
 #include "ltrain/models/layer_graph.h"
+#include "ltrain/models/layerwise.h"
 #include "ltrain/optim/optimizer.h"
 #include "ltrain/train/evaluate.h"
 #include "ltrain/train/faults.h"
@@ -77,13 +80,24 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
                               cfg_.model.vocab_size);
   StopSignal::checkpoint("while loading the data");
   torch::manual_seed(static_cast<uint64_t>(cfg_.seed));
+  // A single launched worker with an explicit dist.backend joins a group of one too: the
+  // multi-process path (NCCL included) then runs on a machine with one GPU.
+  const bool launched_alone = rt_.source != "none" && cfg_.dist.backend != config::Backend::kAuto;
+  const bool grouped = rt_.distributed() || launched_alone;
+  // Where the plan will shard the parameters, no rank makes the whole model: each unit's values
+  // are made when the plan shards it.
+  const bool deferred = distributed::shardsParameters(cfg_.dist, grouped);
   try {
+    MemoryPhase phase("build");
     model_ = models::build(cfg_.model, splits_.train.exampleShape(), splits_.train.num_classes,
-                           splits_.train.tokens);
+                           splits_.train.tokens, deferred);
   } catch (const models::LayerError& e) {
     throw UsageError(layerWhere(lc, e.line) + e.what());
   }
-  models::loadInitialWeights(model_, cfg_.model);
+  if (!cfg_.model.init_from.empty()) {
+    MemoryPhase phase("init_from");  // a deferred model only checks the files' headers here
+    models::loadInitialWeights(model_, cfg_.model);
+  }
   if (const int64_t every = config::activationCheckpointEvery(cfg_.train); every > 0)
     reporter_.info(
         fmt::format("activation checkpointing: {} recomputed run(s) of up to {} block(s)",
@@ -107,11 +121,7 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   total_steps_ = cfg_.train.epochs * steps_per_epoch_;
   if (cfg_.train.max_steps > 0) total_steps_ = std::min(total_steps_, cfg_.train.max_steps);
 
-  // A single launched worker with an explicit dist.backend joins a group of one too: the
-  // multi-process path (NCCL included) then runs on a machine with one GPU.
-  const bool launched_alone = rt_.source != "none" && cfg_.dist.backend != config::Backend::kAuto;
-  if (rt_.distributed() || launched_alone)
-    pg_ = distributed::ProcessGroup::connect(rt_, cfg_.dist, devices_.main);
+  if (grouped) pg_ = distributed::ProcessGroup::connect(rt_, cfg_.dist, devices_.main);
   run_ = agreeOnRunDir(lc, req, rt_, pg_.get());
   if (rt_.isMain()) saveVocabulary(run_.path, splits_);  // for ltrain generate
   reporter_.setRunDir(run_.path);
@@ -127,13 +137,39 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   auto whole = make_optimizer(model_->parameters(), {});  // what a checkpoint's state loads into
   rng_ = RngStreams(devices_.main);
   tally_ = std::make_unique<LossTally>(devices_.main);
-  const bool resumed = resumeIfAny(run_, *model_, *whole, parts(), rt_, pg_.get(), reporter_);
+  // A model built deferred resumes from a sharded checkpoint by ranges (each rank reads its own
+  // slices when the plan makes them); from a whole one it is first made whole, as before.
+  std::shared_ptr<const checkpoint::ShardedCheckpointReader> shards;
+  auto load = [&](const std::string& path) {
+    if (model_->deferred && checkpoint::isShardedCheckpoint(path)) {
+      shards = checkpoint::resumeDeferred(path, model_, *whole, parts());
+      return;
+    }
+    models::materializeWhole(model_);
+    checkpoint::loadCheckpoint(path, *model_, *whole, parts());
+  };
+  bool resumed = false;
+  {
+    std::optional<MemoryPhase> phase;
+    if (run_.resume_from) phase.emplace("resume");
+    resumed = resumeIfAny(run_, load, rt_, pg_.get(), reporter_);
+  }
   readTally();  // what a summary written before the first report says
   adoptWorldSize();
-  placeModel(model_, cfg_.model, devices_);
-  plan_ = distributed::parallelize(model_, cfg_.dist, pg_.get(),
-                                   {make_optimizer, StopVote::kScalars, StopVote::fill});
-  if (resumed) plan_->state().loadWholeOptimizer(*whole);
+  {
+    // A deferred model's values are made or read here, unit by unit, as the plan shards it.
+    MemoryPhase phase(!model_->deferred               ? "place"
+                      : shards                        ? "resume"
+                      : !cfg_.model.init_from.empty() ? "init_from"
+                                                      : "build");
+    placeModel(model_, cfg_.model, devices_);
+    plan_ = distributed::parallelize(model_, cfg_.dist, pg_.get(),
+                                     {make_optimizer, StopVote::kScalars, StopVote::fill});
+    if (shards)
+      plan_->state().loadOptimizerRanges(checkpoint::rangeSource(shards));
+    else if (resumed)
+      plan_->state().loadWholeOptimizer(*whole);
+  }
   step_ = std::make_unique<TrainStep>(cfg_, model_, devices_, *plan_, scaler_, faults_);
   checkpointer_ = std::make_unique<checkpoint::Checkpointer>(run_.path, cfg_.train.keep_checkpoints,
                                                              rt_.isMain(), pg_.get());
@@ -290,7 +326,10 @@ void Trainer::runEpoch() {
     {
       // LTRAIN_CUDA_SYNC_DEBUG: a step that does not log must not make the host wait.
       NoHostSyncScope quiet(!logs);
+      std::optional<MemoryPhase> first;
+      if (state_.step == start_step_) first.emplace("first step");
       const StepResult r = step_->run(loader, at, k, last_lr_);
+      first.reset();
       if (r.found_inf.defined()) window_positions_[at.step + 1] = at;
       state_.batch_in_epoch += k;
       state_.epoch_examples += r.samples * rt_.world_size;

@@ -17,6 +17,7 @@
 #include "ltrain/common/error_report.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/common/memory.h"
+#include "ltrain/common/memory_phase.h"
 #include "ltrain/common/stop_signal.h"
 #include "ltrain/data/distributed_sampler.h"
 #include "ltrain/data/loader.h"
@@ -89,6 +90,7 @@ void Trainer::checkpoint() {
   last_ckpt_step_ = state_.step;
   stopOnDeferredNonFinite();
   readTally();  // what a hang's summary says from here on
+  MemoryPhase memory("save");
   checkpointer_->save(model_, plan_->state(), state_.step, parts());
 }
 
@@ -144,7 +146,7 @@ Summary Trainer::finish(double wall_s, double samples_per_s) {
   const auto w = static_cast<std::ptrdiff_t>(rt_.world_size);
   constexpr double kMiB = 1024.0 * 1024.0;
   std::vector<double> per_rank(6 * rt_.world_size, 0.0);
-  per_rank[rt_.rank] = peakRssMb();
+  per_rank[rt_.rank] = processPeakRssMb();  // across the phases' resets
   const auto plan = plan_->summary();
   per_rank[w + rt_.rank] = static_cast<double>(plan.optimizer_state_bytes) / kMiB;
   if (devices_.main.is_cuda()) per_rank[2 * w + rt_.rank] = peakCudaMemoryMb(devices_.main.index());

@@ -1,0 +1,153 @@
+#include "ltrain/common/memory_phase.h"
+
+#include <fmt/format.h>
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <mutex>
+#include <regex>
+
+#include "ltrain/common/memory.h"
+
+namespace ltrain {
+namespace {
+
+struct Phases {
+  std::mutex mu;
+  std::string current;     // the innermost phase running now
+  std::string failed;      // the phase an exception left last
+  double peak_before = 0;  // VmHWM before the last reset
+};
+
+Phases& phases() {
+  static Phases p;
+  return p;
+}
+
+double statusMb(const char* key) {
+  std::ifstream in("/proc/self/status");
+  std::string k;
+  while (in >> k) {
+    if (k == key) {
+      double kb = 0;
+      in >> kb;
+      return kb / 1024.0;
+    }
+    in.ignore(1 << 12, '\n');
+  }
+  return 0;
+}
+
+// "5" to clear_refs: the peak resident set becomes the resident set now (Linux 4.0 on).
+void resetPeak() {
+  auto& p = phases();
+  p.peak_before = std::max(p.peak_before, peakRssMb());
+  if (std::FILE* f = std::fopen("/proc/self/clear_refs", "w")) {
+    std::fputs("5", f);
+    std::fclose(f);
+  }
+}
+
+void appendLog(const std::string& phase, double start, double peak, double end) {
+  const char* path = std::getenv("LTRAIN_MEMORY_LOG");
+  if (!path || !*path) return;
+  const char* rank = std::getenv("RANK");
+  const std::string line = fmt::format(
+      "{{\"rank\": {}, \"phase\": \"{}\", \"start_rss_mb\": {:.1f}, \"peak_rss_mb\": {:.1f}, "
+      "\"end_rss_mb\": {:.1f}}}\n",
+      rank && *rank ? std::atoi(rank) : 0, phase, start, peak, end);
+  // One short write in append mode: the ranks' lines do not interleave.
+  if (std::FILE* f = std::fopen(path, "a")) {
+    std::fwrite(line.data(), 1, line.size(), f);
+    std::fclose(f);
+  }
+}
+
+std::string mib(double bytes) {
+  return fmt::format("{:.0f} MiB", bytes / (1024.0 * 1024.0));
+}
+
+// The limits that bound this process's memory: RLIMIT_DATA and RLIMIT_AS where set, and its
+// cgroup's (v2 memory.max, v1 memory.limit_in_bytes) where it is below the machine's.
+std::string memoryLimit() {
+  std::vector<std::string> out;
+  for (auto [res, name] :
+       {std::pair{RLIMIT_DATA, "RLIMIT_DATA"}, std::pair{RLIMIT_AS, "RLIMIT_AS"}}) {
+    rlimit l{};
+    if (getrlimit(res, &l) == 0 && l.rlim_cur != RLIM_INFINITY)
+      out.push_back(fmt::format("{} {}", name, mib(static_cast<double>(l.rlim_cur))));
+  }
+  for (const char* file :
+       {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(file);
+    double v = 0;
+    if (in >> v && v > 0 && v < 1e18) out.push_back(fmt::format("cgroup {}", mib(v)));
+  }
+  if (out.empty()) return "no memory limit set on this process";
+  return fmt::format("this process's memory limit: {}", fmt::join(out, ", "));
+}
+
+}  // namespace
+
+MemoryPhase::MemoryPhase(std::string name)
+    : name_(std::move(name)), exceptions_(std::uncaught_exceptions()) {
+  auto& p = phases();
+  std::lock_guard<std::mutex> lock(p.mu);
+  outer_ = p.current;
+  p.current = name_;
+  p.failed.clear();
+  resetPeak();
+  start_rss_mb_ = currentRssMb();
+}
+
+MemoryPhase::~MemoryPhase() {
+  auto& p = phases();
+  std::lock_guard<std::mutex> lock(p.mu);
+  const double peak = peakRssMb(), end = currentRssMb();
+  p.peak_before = std::max(p.peak_before, peak);
+  if (std::uncaught_exceptions() > exceptions_ && p.failed.empty()) p.failed = name_;
+  p.current = outer_;
+  appendLog(name_, start_rss_mb_, peak, end);
+}
+
+double currentRssMb() {
+  return statusMb("VmRSS:");
+}
+
+double processPeakRssMb() {
+  auto& p = phases();
+  std::lock_guard<std::mutex> lock(p.mu);
+  return std::max(p.peak_before, peakRssMb());
+}
+
+std::string describeOutOfMemory(const std::string& what) {
+  // LibTorch's CPU allocator: "can't allocate memory: you tried to allocate N bytes"; its CUDA
+  // allocator: "CUDA out of memory. Tried to allocate 2.00 GiB".
+  static const std::regex cpu("you tried to allocate ([0-9]+) bytes");
+  static const std::regex cuda("out of memory\\. Tried to allocate ([0-9.]+ [KMG]iB)");
+  std::smatch m;
+  std::string asked;
+  if (std::regex_search(what, m, cpu))
+    asked = fmt::format("an allocation of {} bytes ({})", m[1].str(), mib(std::stod(m[1].str())));
+  else if (std::regex_search(what, m, cuda))
+    asked = fmt::format("a device allocation of {}", m[1].str());
+  else if (what == "std::bad_alloc")
+    asked = "an allocation";
+  else
+    return "";
+  std::string phase;
+  {
+    auto& p = phases();
+    std::lock_guard<std::mutex> lock(p.mu);
+    phase = !p.failed.empty() ? p.failed : p.current;
+  }
+  return fmt::format("out of memory{}: {} failed with {:.0f} MiB resident (peak {:.0f} MiB); {}",
+                     phase.empty() ? "" : " in phase " + phase, asked, currentRssMb(),
+                     processPeakRssMb(), memoryLimit());
+}
+
+}  // namespace ltrain

@@ -1,0 +1,38 @@
+// A tensor's memory taken away and given back in place, its shape and dtype kept: every tensor
+// viewing the storage (a parameter, what autograd saved of it) sees the memory come and go. How
+// dist.zero 3 keeps parameters that exist, by shape, on every rank while their values live in
+// shards (as FSDP's _free_storage).
+#pragma once
+#include <c10/core/Allocator.h>
+#include <torch/types.h>
+
+namespace ltrain {
+
+inline bool hasStorage(const torch::Tensor& t) {
+  return t.storage().nbytes() > 0;
+}
+
+inline void freeStorage(const torch::Tensor& t) {
+  auto* s = t.storage().unsafeGetStorageImpl();
+  s->set_data_ptr_noswap(c10::DataPtr(nullptr, t.device()));
+  s->set_nbytes(0);
+}
+
+// Memory for the tensor's elements again (uninitialised) where it has none.
+inline void allocateStorage(const torch::Tensor& t) {
+  auto* s = t.storage().unsafeGetStorageImpl();
+  const auto bytes = static_cast<size_t>(t.numel()) * t.element_size();
+  if (s->nbytes() == bytes) return;
+  c10::Allocator* a = s->allocator() ? s->allocator() : c10::GetAllocator(t.device().type());
+  s->set_data_ptr_noswap(a->allocate(bytes));
+  s->set_nbytes(bytes);
+}
+
+// A tensor of `sizes` and `options` that has no memory (as a freed one).
+inline torch::Tensor storageless(c10::IntArrayRef sizes, const torch::TensorOptions& options) {
+  auto t = torch::empty({0}, options);
+  t.unsafeGetTensorImpl()->set_sizes_contiguous(sizes);
+  return t;
+}
+
+}  // namespace ltrain
