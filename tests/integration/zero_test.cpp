@@ -14,6 +14,7 @@
 #include "support/results.h"
 #include "support/run_files.h"
 #include "support/text_corpus.h"
+#include "test_paths.h"
 
 using Catch::Matchers::Contains;
 using ltrain::test::readText;
@@ -426,4 +427,106 @@ TEST_CASE("dist.zero=3 resumes a killed run exactly, and across zero stages and 
   auto partial = resume(broken);
   CHECK(partial.exit_code == 2);
   CHECK_THAT(partial.err, Contains("no complete sharded checkpoint (it has no index.json"));
+}
+
+TEST_CASE(
+    "dist.zero=3 makes and reads only each rank's slices: one process's initial weights bit for "
+    "bit, init_from by byte ranges, export streamed from a sharded checkpoint",
+    "[dist]") {
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 6\n");
+  ltrain::test::writeText(dir / "t.txt", ltrain::test::textCorpus(200));
+  // One SGD step with a learning rate far below any weight's rounding step: a llama (no zero
+  // biases) ends at its initial weights exactly, so the runs' model.safetensors are those.
+  auto still = [&](const std::string& out, int procs, const std::string& zero,
+                   std::vector<std::string> extra = {}) {
+    std::vector<std::string> a{"train",
+                               "--nproc-per-node",
+                               std::to_string(procs),
+                               dir / "c.yaml",
+                               "data.dataset=text",
+                               "data.path=" + (dir / "t.txt"),
+                               "data.batch_size=4",
+                               "model.name=llama",
+                               "model.n_layer=3",
+                               "model.n_head=2",
+                               "model.n_embd=32",
+                               "model.block_size=32",
+                               "optimizer.name=sgd",
+                               "optimizer.lr=1e-30",
+                               "optimizer.weight_decay=0",
+                               "train.max_steps=1",
+                               "train.threads=1",
+                               "dist.zero=" + zero,
+                               "--output-dir",
+                               dir / out};
+    a.insert(a.end() - 2, extra.begin(), extra.end());
+    auto r = runLtrain(a);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    return r;
+  };
+  still("z0", 2, "0");
+  still("z3", 2, "3");
+  CHECK(ltrain::test::maxWeightDiff(dir / "z0/model.safetensors", dir / "z3/model.safetensors") ==
+        0.0);
+
+  // Exported from the sharded checkpoint (a tensor at a time, read by ranges from both ranks'
+  // files) and from the whole run's weights: the same Hugging Face tensors.
+  auto exported = [&](std::vector<std::string> from, const std::string& out) {
+    std::vector<std::string> a{"export"};
+    a.insert(a.end(), from.begin(), from.end());
+    a.insert(a.end(), {"--hf", dir / out});
+    auto r = runLtrain(a);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+  };
+  exported({"--run", dir / "z0"}, "hf0");
+  exported({"--run", dir / "z3", "--checkpoint", dir / "z3/checkpoints/step-00000001.shards"},
+           "hf3");
+  CHECK(ltrain::test::maxWeightDiff(dir / "hf0/model.safetensors", dir / "hf3/model.safetensors") ==
+        0.0);
+
+  // init_from under ZeRO-3 over three ranks (units that split across rank files) reads each
+  // rank's ranges of the Hugging Face file: the weights it was given, exactly.
+  still("init3", 3, "3", {"model.init_from=" + (dir / "hf3")});
+  CHECK(ltrain::test::maxWeightDiff(dir / "z0/model.safetensors",
+                                    dir / "init3/model.safetensors") == 0.0);
+}
+
+TEST_CASE("a memory cap too small for even a rank's shard fails naming the phase and the bytes",
+          "[dist]") {
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 7\n");
+  ltrain::test::writeText(dir / "t.txt", ltrain::test::textCorpus(100));
+  // A GPT of 806M parameters (3.2 GB of fp32): each of two ranks' slices (1.6 GB) alone is over
+  // the 1.5 GiB each process may write (RLIMIT_DATA). Under DDP the whole build is.
+  for (const std::string zero : {"3", "0"}) {
+    auto r = ltrain::test::runProcess({"prlimit",
+                                       "--data=" + std::to_string(int64_t{1536} << 20),
+                                       LTRAIN_BINARY,
+                                       "train",
+                                       "--nproc-per-node",
+                                       "2",
+                                       dir / "c.yaml",
+                                       "data.dataset=text",
+                                       "data.path=" + (dir / "t.txt"),
+                                       "data.batch_size=1",
+                                       "model.name=gpt",
+                                       "model.n_layer=4",
+                                       "model.n_head=32",
+                                       "model.n_embd=4096",
+                                       "model.block_size=16",
+                                       "optimizer.name=sgd",
+                                       "optimizer.momentum=0",
+                                       "train.max_steps=1",
+                                       "train.threads=1",
+                                       "dist.zero=" + zero,
+                                       "--output-dir",
+                                       dir / ("run" + zero)});
+    INFO("dist.zero " << zero << "\n" << r.out << r.err);
+    CHECK(r.exit_code != 0);
+    CHECK_THAT(r.err, Contains("out of memory in phase build: an allocation of"));
+    CHECK_THAT(r.err, Contains("RLIMIT_DATA 1536 MiB"));
+  }
 }

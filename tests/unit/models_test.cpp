@@ -98,3 +98,50 @@ TEST_CASE("optimizer.decay matrices decays weights of 2+ dimensions only, the de
       "data: {dataset: text}\nmodel: {name: gpt}\noptimizer: {decay: all}\n", "t", {});
   CHECK(set.cfg.optimizer.decay == ltrain::config::Decay::kAll);
 }
+
+// dist.zero 3 builds gpt and llama without parameter memory and makes each layer's values when
+// the plan shards it: the values must be the whole build's, bit for bit, for the same seed, and
+// the generator must end where the whole build leaves it (dropout draws come after).
+TEST_CASE("a deferred gpt or llama build makes the whole build's weights bit for bit") {
+  auto cfg = ltrain::config::defaults();
+  cfg.model.n_layer = 3;
+  cfg.model.n_head = 2;
+  cfg.model.n_embd = 16;
+  cfg.model.block_size = 8;
+  for (std::string name : {"gpt", "llama"})
+    for (bool tied : {true, false}) {
+      INFO(name << (tied ? " tied" : " untied"));
+      cfg.model.name = name;
+      cfg.model.tie_weights = tied;
+      if (name == "llama") cfg.model.intermediate_size = 24;
+      torch::manual_seed(7);
+      auto whole = ltrain::models::build(cfg.model, {8}, 11, true);
+      const auto after_whole = torch::rand({4});
+      torch::manual_seed(7);
+      auto deferred = ltrain::models::build(cfg.model, {8}, 11, true, /*deferred=*/true);
+      const auto after_deferred = torch::rand({4});
+      CHECK(torch::equal(after_whole, after_deferred));
+      REQUIRE(deferred->deferred);
+      // No memory until the values are asked for, and the same names and shapes as the whole.
+      const auto a = whole->named_parameters(), b = deferred->named_parameters();
+      REQUIRE(a.keys() == b.keys());
+      for (const auto& p : b) CHECK(p.value().storage().nbytes() == 0);
+      // The layers asked for out of order, as a plan's units may be, with the generator moved.
+      torch::manual_seed(123);
+      torch::NoGradGuard no_grad;
+      auto all = [](const torch::Tensor& p) { return std::pair<int64_t, int64_t>{0, p.numel()}; };
+      for (size_t i = deferred->layers->size(); i-- > 0;) {
+        auto& layer = *deferred->layers->ptr(i);
+        for (auto& p : layer.parameters()) p.set_data(torch::empty(p.sizes(), p.options()));
+        deferred->deferred->fill(i, layer, all);
+      }
+      for (size_t i = 0; i < a.size(); ++i) {
+        INFO(a[i].key());
+        CHECK(torch::equal(a[i].value(), b[i].value()));
+      }
+      // Nothing drawn by filling: the generator is where the caller left it.
+      const auto next = torch::rand({4});
+      torch::manual_seed(123);
+      CHECK(torch::equal(next, torch::rand({4})));
+    }
+}
