@@ -76,9 +76,11 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
       // The optimizer reads the reduce-scatter's output in place: no copy per step.
       sh.param.mutable_grad() = sh.bucket.shard;
       slices.push_back(sh.param);
-      std::vector<torch::Tensor> matrix;  // which elements of the slice are of matrices
+      // Which elements of the slice are of matrices, a byte each: a mask the optimizer keeps
+      // (decay on matrices) costs a quarter of the slice, not a whole fp32 copy of it.
+      std::vector<torch::Tensor> matrix;
       for (const auto& p : sh.bucket.params)
-        matrix.push_back(torch::full_like(p, p.dim() >= 2 ? 1.0 : 0.0));
+        matrix.push_back(torch::full(p.sizes(), p.dim() >= 2, p.options().dtype(torch::kBool)));
       masks.push_back(flatSlice(sh, matrix));
       shards_.push_back(std::move(sh));
     }
@@ -204,10 +206,9 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
   }
 
   // This rank's slice of the flattened, zero-padded concatenation of `per_param` (one tensor per
-  // parameter of the bucket, each of that parameter's size), on the bucket's device.
+  // parameter of the bucket, each of that parameter's size, all of one dtype), on their device.
   torch::Tensor flatSlice(const Shard& s, const std::vector<torch::Tensor>& per_param) const {
-    const auto& first = s.bucket.params.front();
-    auto flat = torch::zeros({s.bucket.padded}, first.options());
+    auto flat = torch::zeros({s.bucket.padded}, per_param.front().options());
     for (size_t i = 0; i < per_param.size(); ++i)
       flat.narrow(0, s.bucket.offsets[i], per_param[i].numel()).copy_(per_param[i].reshape(-1));
     const int64_t n = s.bucket.padded / world_;
