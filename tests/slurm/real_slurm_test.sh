@@ -103,8 +103,10 @@ rc=$?
 check "sbatch --wait of train.sbatch completes (exit $rc)" test $rc -eq 0
 check "its summary says completed" grep -q '"status":"completed"' sbatch-run/summary.json
 
-# 3. Preempted with scancel --signal=TERM, resumed by the same sbatch.
-long=(c.yaml data.synthetic_train_samples=64000 train.epochs=1 train.checkpoint_every=100000)
+# 3. Preempted with scancel --signal=TERM, resumed by the same sbatch. Long enough (40000 steps,
+# several seconds) that the signal lands mid-run on a fast machine too: 64000 examples once
+# finished in under a second, before it.
+long=(c.yaml data.synthetic_train_samples=1280000 train.epochs=1 train.checkpoint_every=100000)
 LTRAIN_OUTPUT_DIR=$work/pre-run sbatch -o pre1.out "$src/scripts/slurm/train.sbatch" \
   "${long[@]}" >job.txt 2>&1
 job=$(grep -o '[0-9]\+' job.txt | tail -1)
