@@ -129,6 +129,9 @@ struct DistConfig {
   FsdpUnit fsdp_unit;  // dist.zero 3: what one all-gathered unit is
   bool fsdp_prefetch;  // dist.zero 3: the next unit's all-gather issued while this one computes
   bool shm_allreduce;  // CPU ranks all on one host: all-reduce through shared memory, not Gloo
+  // dist.zero 3 under train.precision bf16 (units gathered in bf16): the dtype the gradients are
+  // reduce-scattered in (FSDP2's MixedPrecisionPolicy.reduce_dtype)
+  ReduceDtype reduce_dtype;
 };
 
 struct ExperimentConfig {

@@ -16,6 +16,7 @@ enum class Strategy { kDdp, kDp, kFsdp };
 enum class FsdpUnit { kBlock, kModel };
 enum class Backend { kAuto, kNccl, kGloo };
 enum class Compression { kNone, kBf16, kFp16 };
+enum class ReduceDtype { kFp32, kBf16 };
 enum class NonFinite { kStop, kSkip };
 enum class OnSignal { kCheckpoint, kStop };
 enum class Augment { kNone, kCropFlip, kResizedCropFlip };
@@ -47,6 +48,7 @@ LT_ENUM_NAMES(Backend, {Backend::kAuto, "auto"}, {Backend::kNccl, "nccl"},
               {Backend::kGloo, "gloo"});
 LT_ENUM_NAMES(Compression, {Compression::kNone, "none"}, {Compression::kBf16, "bf16"},
               {Compression::kFp16, "fp16"});
+LT_ENUM_NAMES(ReduceDtype, {ReduceDtype::kFp32, "fp32"}, {ReduceDtype::kBf16, "bf16"});
 LT_ENUM_NAMES(NonFinite, {NonFinite::kStop, "stop"}, {NonFinite::kSkip, "skip"});
 LT_ENUM_NAMES(OnSignal, {OnSignal::kCheckpoint, "checkpoint"}, {OnSignal::kStop, "stop"});
 LT_ENUM_NAMES(Augment, {Augment::kNone, "none"}, {Augment::kCropFlip, "crop_flip"},

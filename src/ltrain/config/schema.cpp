@@ -129,6 +129,7 @@ struct EnumTraits {
   template <>             \
   struct ValueTraits<E> : EnumTraits<E> {}
 LT_ENUM_TRAITS(Precision);
+LT_ENUM_TRAITS(ReduceDtype);
 LT_ENUM_TRAITS(Placement);
 LT_ENUM_TRAITS(Strategy);
 LT_ENUM_TRAITS(Backend);
@@ -618,6 +619,11 @@ std::vector<Option> buildSchema() {
              "dist.zero 3: start the next unit's all-gather (in forward and in backward) while "
              "this one computes",
              true),
+      LT_OPT(dist.reduce_dtype,
+             "dist.zero 3 under train.precision bf16, where each unit is gathered in bf16 (the "
+             "fp32 parameters live only in the shards): the dtype its gradients are "
+             "reduce-scattered in, fp32 (the default, as torchtitan) or bf16 (half the traffic)",
+             ReduceDtype::kFp32),
       LT_OPT(dist.shm_allreduce,
              "On the CPU, when every rank runs on one host: all-reduces (the gradient buckets, "
              "the stop vote) go through one shared-memory segment instead of Gloo's loopback "

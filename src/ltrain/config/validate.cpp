@@ -201,6 +201,14 @@ void distributedOptions(const LoadedConfig& lc) {
       zero(setOne(lc, "model.placement", "dist.zero"),
            "model.placement pipeline (a bucket's slices would span the stages' devices)");
   }
+  if (c.dist.reduce_dtype == ReduceDtype::kBf16 &&
+      (c.dist.zero != 3 || c.train.precision != Precision::kBf16))
+    refuse(lc, "dist.reduce_dtype",
+           fmt::format("dist.reduce_dtype bf16 reduces the gradients of units gathered in bf16, "
+                       "which needs dist.zero 3 and train.precision bf16 (dist.zero is {}, "
+                       "train.precision {}); elsewhere gradients reduce in the parameters' dtype "
+                       "(dist.grad_compression compresses DDP's)",
+                       c.dist.zero, toString(c.train.precision)));
   if (c.dist.zero == 3 && c.model.name == "torchscript")
     refuse(lc, setOne(lc, "model.name", "dist.zero"),
            "dist.zero: 3 does not combine with model.name torchscript (its parameters are "

@@ -144,7 +144,9 @@ void BucketReducer::layOutBuckets(const std::vector<size_t>& order) {
     const int64_t length = scatters()
                                ? (offset + world_ - 1) / world_ * world_
                                : offset + (last ? static_cast<int64_t>(opts_.extra_scalars) : 0);
-    const auto wire = first.options().dtype(wireType(opts_.compression, first.scalar_type()));
+    const auto wire = first.options().dtype(opts_.reduce_dtype
+                                                ? *opts_.reduce_dtype
+                                                : wireType(opts_.compression, first.scalar_type()));
     b.length = length, b.wire = wire;
     if (!opts_.release_after_reduce) b.buffer = torch::zeros({length}, wire);
     if (scatters()) b.shard = torch::zeros({length / world_}, wire);
@@ -255,7 +257,9 @@ void BucketReducer::markReady(size_t s) {
   } else if (grad.defined()) {
     // Divide before the sum, as PyTorch does, so low-precision sums do not overflow; with
     // compression, divide before the cast too, so a large gradient is not inf in fp16 already.
-    if (view.scalar_type() != grad.scalar_type()) {
+    // A wider bucket than the gradient (bf16 units reduced in fp32) casts first, as FSDP2 does.
+    const bool widens = c10::elementSize(view.scalar_type()) > c10::elementSize(grad.scalar_type());
+    if (view.scalar_type() != grad.scalar_type() && !widens) {
       view.copy_(grad.reshape(-1) / static_cast<double>(world_));
     } else {
       view.copy_(grad.reshape(-1));

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,9 @@ struct ReducerOptions {
   // Rank 0's parameters broadcast at the start, as DDP's; off for parameters that have no memory
   // yet (a deferred build, made alike on every rank from the seed). Buffers are broadcast always.
   bool broadcast_parameters = true;
+  // The dtype the buckets are reduced in (dist.reduce_dtype); unset: the parameters' at
+  // construction, or dist.grad_compression's.
+  std::optional<torch::ScalarType> reduce_dtype;
 };
 
 struct ReducerStats {

@@ -167,6 +167,7 @@ struct PlanSetup {
   config::DistConfig dist;
   size_t extra_scalars = 0;
   std::function<void(float*)> fill_extras;
+  torch::ScalarType compute_dtype = torch::kFloat;  // PlanHooks::compute_dtype
   // Each top-level layer's parameters (the units of sharded parameters are made of them), and how
   // to install the hooks that run around each layer's forward (null: uninstall).
   std::vector<std::vector<torch::Tensor>> layer_params;
@@ -195,6 +196,9 @@ struct PlanHooks {
   ParallelPlan::MakeOptimizer make_optimizer;
   size_t extra_scalars = 0;
   std::function<void(float*)> fill_extras;
+  // The dtype the forward computes in (train.precision): sharded parameters are gathered in it,
+  // the fp32 values staying in the shards only (FSDP2's MixedPrecisionPolicy.param_dtype).
+  torch::ScalarType compute_dtype = torch::kFloat;
 };
 
 // Whether the plan parallelize() makes for dist.* keeps the parameters sharded (dist.zero 3 with a

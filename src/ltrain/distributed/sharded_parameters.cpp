@@ -64,14 +64,16 @@ std::vector<int64_t> unitsOfLayers(const std::vector<std::vector<torch::Tensor>>
 }
 
 ShardedParameters::ShardedParameters(ProcessGroup& pg, std::vector<UnitInit> units,
-                                     std::vector<int64_t> unit_of_layer, bool prefetch)
+                                     std::vector<int64_t> unit_of_layer, bool prefetch,
+                                     torch::ScalarType gathered_dtype)
     : pg_(pg), unit_of_layer_(std::move(unit_of_layer)), prefetch_(prefetch) {
   torch::NoGradGuard no_grad;
   for (auto& init : units) {
     Unit u;
     u.bucket = std::move(init.bucket);
     u.shard = std::move(init.shard);
-    u.full = torch::zeros({u.bucket.padded}, u.bucket.params.front().options());
+    u.full =
+        torch::zeros({u.bucket.padded}, u.bucket.params.front().options().dtype(gathered_dtype));
     viewParameters(u);
     freeStorage(u.full);
     units_.push_back(std::move(u));
@@ -109,12 +111,14 @@ void ShardedParameters::gather(size_t i, bool wait) {
   if (!u.gathered && !u.gathering) {
     allocateStorage(u.full);
     peak_gathered_ = std::max(peak_gathered_, gatheredBytes());
-    auto in = u.shard.detach();
-    u.gathering = pg_.allgatherInto(u.full, in);
+    // Cast before the all-gather (bf16 units): half the traffic, and the cast is each rank's own.
+    u.cast = u.shard.detach().to(u.full.scalar_type());
+    u.gathering = pg_.allgatherInto(u.full, u.cast);
   }
   if (wait && u.gathering) {
     pg_.wait(u.gathering);
     u.gathering.reset();
+    u.cast = torch::Tensor();
     u.gathered = true;
   }
 }
@@ -122,6 +126,7 @@ void ShardedParameters::gather(size_t i, bool wait) {
 void ShardedParameters::release(size_t i) {
   Unit& u = units_[i];
   if (u.gathering) pg_.wait(u.gathering), u.gathering.reset();  // not under a collective
+  u.cast = torch::Tensor();
   freeStorage(u.full);
   u.gathered = false;
 }
@@ -159,13 +164,21 @@ void ShardedParameters::forEachUnitOnHost(
     const std::function<void(size_t, const std::vector<torch::Tensor>&)>& fn) {
   torch::NoGradGuard no_grad;
   for (size_t k = 0; k < order.size(); ++k) {
-    const size_t i = order[k];
-    gather(i, /*wait=*/true);
+    Unit& u = units_[order[k]];
+    // The slices' own values (fp32 where the units are gathered in bf16), into a buffer of
+    // their own: the parameters' gathered memory is not touched.
+    auto full = torch::empty({u.bucket.padded}, u.shard.options());
+    auto in = u.shard.detach();
+    pg_.wait(pg_.allgatherInto(full, in));
     std::vector<torch::Tensor> host;
     if (main)
-      for (const auto& p : units_[i].bucket.params)
-        host.push_back(p.detach().to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
-    release(i);
+      for (size_t j = 0; j < u.bucket.params.size(); ++j) {
+        const auto& p = u.bucket.params[j];
+        host.push_back(full.narrow(0, u.bucket.offsets[j], p.numel())
+                           .view(p.sizes())
+                           .to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+      }
+    full = torch::Tensor();
     if (main) fn(k, host);
   }
 }

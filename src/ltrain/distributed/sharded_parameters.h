@@ -11,6 +11,9 @@
 //     in backward), so that it travels while this unit computes.
 // Memory is handed back by emptying the buffer's storage (as FSDP's _free_storage); the autograd
 // graph keeps the parameters it saved, and finds them filled again when its backward runs.
+// Under bf16 the full buffers are bf16 (each rank casts its fp32 slice before the all-gather, as
+// FSDP2's MixedPrecisionPolicy(param_dtype=bf16)): the parameters are bf16 while gathered, their
+// gradients bf16, and the fp32 values exist only in the slices.
 #pragma once
 #include <torch/types.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -39,9 +42,10 @@ class ShardedParameters final : public models::LayerHooks {
     torch::Tensor shard;  // this rank's slice of the flattened unit
   };
   // `units` indexed as unitsOfLayers numbers them. Makes every parameter a view of its unit's
-  // buffer and frees the buffers.
+  // buffer (of `gathered_dtype`) and frees the buffers.
   ShardedParameters(ProcessGroup& pg, std::vector<UnitInit> units,
-                    std::vector<int64_t> unit_of_layer, bool prefetch);
+                    std::vector<int64_t> unit_of_layer, bool prefetch,
+                    torch::ScalarType gathered_dtype = torch::kFloat);
   ~ShardedParameters() override;
 
   void beforeLayer(size_t layer) override;
@@ -57,8 +61,9 @@ class ShardedParameters final : public models::LayerHooks {
   // parameters become views of their units again: a checkpoint of the whole model without the
   // whole model on any device.
   void withWholeOnHost(bool main, const std::function<void()>& fn);
-  // Collective. Gathers the units one at a time, unit order[k] k-th; on the main rank `fn(k,
-  // params)` gets its parameters (in its bucket's order) copied to the host, before it is freed.
+  // Collective. Gathers the units one at a time, unit order[k] k-th, in the slices' dtype (fp32
+  // under bf16 too); on the main rank `fn(k, params)` gets its parameters (in its bucket's order)
+  // copied to the host. Between steps only: one unit's worth of memory at a time.
   void forEachUnitOnHost(bool main, const std::vector<size_t>& order,
                          const std::function<void(size_t, const std::vector<torch::Tensor>&)>& fn);
 
@@ -72,6 +77,7 @@ class ShardedParameters final : public models::LayerHooks {
     BucketLayout bucket;
     torch::Tensor shard;
     torch::Tensor full;  // flat, padded; its storage empty while not gathered
+    torch::Tensor cast;  // the slice in the buffer's dtype, alive while its all-gather runs
     c10::intrusive_ptr<c10d::Work> gathering;
     bool gathered = false;
     size_t first_layer = 0, last_layer = 0;

@@ -37,6 +37,7 @@ std::unique_ptr<ParallelPlan> parallelize(models::Classifier& model, const confi
   setup.make_optimizer = std::move(hooks.make_optimizer);
   setup.pg = pg, setup.dist = dist;
   setup.extra_scalars = hooks.extra_scalars, setup.fill_extras = std::move(hooks.fill_extras);
+  setup.compute_dtype = hooks.compute_dtype;
   if (model->layers)  // a TorchScript module has none: it is one unit, never sharded by layer
     for (size_t i = 0; i < model->layers->size(); ++i)
       setup.layer_params.push_back(model->layerParameters(i));

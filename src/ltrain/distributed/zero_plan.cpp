@@ -45,6 +45,12 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
     o.broadcast_parameters = !s.fill_layer;  // deferred: made alike on every rank below
     o.collective = ReducerOptions::Collective::kReduceScatter;
     o.release_after_reduce = stage_ >= 2;
+    // Units gathered in bf16 (stage 3 under bf16): gradients reduce in dist.reduce_dtype, into
+    // the fp32 slices the optimizer steps.
+    if (stage_ == 3) gathered_dtype_ = s.compute_dtype;
+    if (stage_ == 3 && s.compute_dtype == torch::kBFloat16 &&
+        s.dist.reduce_dtype == config::ReduceDtype::kBf16)
+      o.reduce_dtype = torch::kBFloat16;
     auto tensors = ReducedTensors::of(*model_);
     std::vector<int64_t> unit_of_layer;
     std::map<const c10::TensorImpl*, int64_t> unit_of;  // stage 3: each parameter's unit
@@ -67,14 +73,17 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
     for (size_t b = 0; b < reducer_->bucketCount(); ++b) {
       Shard sh{reducer_->layout(b), {}};
       const auto& first = sh.bucket.params.front();
-      if (sh.bucket.shard.scalar_type() != first.scalar_type())
+      if (sh.bucket.shard.scalar_type() != first.scalar_type() && !o.reduce_dtype)
         throw std::logic_error("ZeRO-1 gradients must travel in the parameters' dtype");
       auto slice = s.fill_layer ? filledSlice(sh, unit_of.at(first.unsafeGetTensorImpl()),
                                               unit_of_layer, s.fill_layer)
                                 : flatSlice(sh, sh.bucket.params);
       sh.param = slice.set_requires_grad(true);
-      // The optimizer reads the reduce-scatter's output in place: no copy per step.
-      sh.param.mutable_grad() = sh.bucket.shard;
+      // The optimizer reads the reduce-scatter's output in place: no copy per step; reduced in
+      // another dtype, it is cast into a gradient of the slice's own after each backward.
+      if (sh.bucket.shard.scalar_type() != sh.param.scalar_type())
+        sh.grad = torch::zeros_like(sh.param);
+      sh.param.mutable_grad() = sh.grad.defined() ? sh.grad : sh.bucket.shard;
       slices.push_back(sh.param);
       // Which elements of the slice are of matrices, a byte each: a mask the optimizer keeps
       // (decay on matrices) costs a quarter of the slice, not a whole fp32 copy of it.
@@ -103,6 +112,8 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
   torch::Tensor finishGradients(const torch::Tensor& unscale) override {
     reducer_->finishBackward();
     if (sharded_) sharded_->releaseAll();  // a unit whose gradients never all came
+    for (auto& s : shards_)
+      if (s.grad.defined()) s.grad.copy_(s.bucket.shard);
     auto found = unscaleAndFindInf(shardGradients(), unscale);
     std::vector<at::Tensor> io{found};
     pg_.wait(pg_.allreduce(io));  // a rank's inf is every rank's
@@ -124,7 +135,10 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
 
   void zeroGradients() override {
     torch::NoGradGuard no_grad;
-    for (auto& s : shards_) s.bucket.shard.zero_();
+    for (auto& s : shards_) {
+      s.bucket.shard.zero_();
+      if (s.grad.defined()) s.grad.zero_();
+    }
     // The step's extras still reach every rank: a skipped step gathers nothing else.
     if (sharded_)
       reduceExtras();
@@ -145,12 +159,21 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
     r.optimizer_state_bytes = distributed::optimizerStateBytes(*opt_);
     auto grads = reducer_->bufferTensors();  // the slices are the flat parameters' .grad too
     for (const auto& p : model_->parameters()) grads.push_back(p.grad());
+    for (const auto& sh : shards_) grads.push_back(sh.grad);
     r.gradient_bytes = distinctStorageBytes(grads);
     if (sharded_) {
       r.parameter_bytes = sharded_->shardBytes() + sharded_->gatheredBytes();
       r.gathered_peak_bytes = sharded_->peakGatheredBytes();
-      r.description = fmt::format("on {}, ZeRO-3 over {} unit(s){}", pg_.backendName(),
-                                  sharded_->unitCount(), prefetch_ ? " with prefetch" : "");
+      r.description = fmt::format(
+          "on {}, ZeRO-3 over {} unit(s){}{}", pg_.backendName(), sharded_->unitCount(),
+          prefetch_ ? " with prefetch" : "",
+          gathered_dtype_ == torch::kBFloat16
+              ? fmt::format(", gathered in bf16, reduced in {}",
+                            reducer_->bucketCount() > 0 &&
+                                    shards_.front().bucket.shard.scalar_type() == torch::kBFloat16
+                                ? "bf16"
+                                : "fp32")
+              : "");
     } else {
       auto params = model_->parameters();  // and the flat slices the optimizer steps
       for (const auto& sh : shards_) params.push_back(sh.param);
@@ -189,6 +212,7 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
   struct Shard {
     BucketLayout bucket;
     torch::Tensor param;  // this rank's slice of the flattened bucket, updated by opt_
+    torch::Tensor grad;   // its gradient where the bucket reduces in another dtype
   };
 
   // The norm over every rank's slices: a 0-d double on the device, summed by a collective.
@@ -201,7 +225,7 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
 
   std::vector<torch::Tensor> shardGradients() const {
     std::vector<torch::Tensor> out;
-    for (const auto& s : shards_) out.push_back(s.bucket.shard);
+    for (const auto& s : shards_) out.push_back(s.grad.defined() ? s.grad : s.bucket.shard);
     return out;
   }
 
@@ -268,6 +292,7 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
   std::vector<size_t> unit_of_bucket_;
   std::function<void(std::shared_ptr<models::LayerHooks>)> set_layer_hooks_;
   bool prefetch_ = false;
+  torch::ScalarType gathered_dtype_ = torch::kFloat;
 };
 
 // Each bucket is one unit: its flat slice becomes the only copy of its parameters this rank
@@ -287,7 +312,7 @@ void ZeroPlan::shardParameters(const std::map<const c10::TensorImpl*, int64_t>& 
   }
   prefetch_ = s.dist.fsdp_prefetch;
   sharded_ = std::make_shared<ShardedParameters>(pg_, std::move(init), std::move(unit_of_layer),
-                                                 prefetch_);
+                                                 prefetch_, gathered_dtype_);
   set_layer_hooks_ = s.set_layer_hooks;
   if (!set_layer_hooks_) throw std::logic_error("dist.zero 3 needs the model's layer hooks");
   set_layer_hooks_(sharded_);

@@ -163,8 +163,10 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
                       : !cfg_.model.init_from.empty() ? "init_from"
                                                       : "build");
     placeModel(model_, cfg_.model, devices_);
+    const auto compute =
+        cfg_.train.precision == config::Precision::kBf16 ? torch::kBFloat16 : torch::kFloat;
     plan_ = distributed::parallelize(model_, cfg_.dist, pg_.get(),
-                                     {make_optimizer, StopVote::kScalars, StopVote::fill});
+                                     {make_optimizer, StopVote::kScalars, StopVote::fill, compute});
     if (shards)
       plan_->state().loadOptimizerRanges(checkpoint::rangeSource(shards));
     else if (resumed)
