@@ -337,14 +337,20 @@ def main():
     if world > 1 and args.fsdp:
         # ltrain's dist.zero 3 oracle. A tied embedding stays with the root, where the head that
         # multiplies by it finds it gathered; no_sync and per-rank evaluation do not apply.
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
         if cfg["train"]["grad_accum"] != 1:
             sys.exit("train_ref.py --fsdp: train.grad_accum must be 1")
+        # ltrain under bf16: each unit gathered in bf16, its gradients reduced in dist.reduce_dtype.
+        mp = MixedPrecisionPolicy()
+        if cfg["train"]["precision"] == "bf16":
+            mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16,
+                                      reduce_dtype={"fp32": torch.float32, "bf16": torch.bfloat16}[
+                                          cfg["dist"]["reduce_dtype"]])
         tied = cfg["model"]["name"] == "gpt" and cfg["model"]["tie_weights"]
         for i, layer in enumerate(model.layers):
             if any(True for _ in layer.parameters(recurse=True)) and not (tied and i == 0):
-                fully_shard(layer)
-        fully_shard(model)
+                fully_shard(layer, mp_policy=mp)
+        fully_shard(model, mp_policy=mp)
     elif world > 1:
         model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cfg["dist"]["bucket_cap_mb"],
                                                     find_unused_parameters=cfg["dist"]["find_unused_parameters"])

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 #include <filesystem>
 
+#include "ltrain/io/safetensors.h"
 #include "support/process.h"
 #include "support/results.h"
 #include "support/run_files.h"
@@ -528,5 +529,36 @@ TEST_CASE("a memory cap too small for even a rank's shard fails naming the phase
     CHECK(r.exit_code != 0);
     CHECK_THAT(r.err, Contains("out of memory in phase build: an allocation of"));
     CHECK_THAT(r.err, Contains("RLIMIT_DATA 1536 MiB"));
+  }
+}
+
+TEST_CASE("dist.zero=3 under bf16 gathers each unit in bf16 and reduces in dist.reduce_dtype",
+          "[dist]") {
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 8\n");
+  ltrain::test::writeText(dir / "t.txt", ltrain::test::textCorpus(400));
+  auto train = [&](const std::string& name, std::vector<std::string> extra) {
+    auto r = runLtrain(gpt(dir, dir / name, 2, std::move(extra)));
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    return r;
+  };
+  train("z3-fp32", {"dist.zero=3"});
+  train("ddp", {"dist.zero=0", "train.precision=bf16"});
+  const double ddp_loss = summaryValue(dir / "ddp", "test_loss");
+  for (const std::string reduce : {"fp32", "bf16"}) {
+    INFO("dist.reduce_dtype " << reduce);
+    auto r = train(reduce, {"dist.zero=3", "train.precision=bf16", "dist.reduce_dtype=" + reduce});
+    CHECK_THAT(r.out, Contains("gathered in bf16, reduced in " + reduce));
+    // Half the bytes of the fp32 run's gathered units; the fp32 slices as they were.
+    CHECK(summaryValue(dir / reduce, "gathered_peak_mb") ==
+          Approx(summaryValue(dir / "z3-fp32", "gathered_peak_mb") / 2).epsilon(0.05));
+    CHECK(summaryValue(dir / reduce, "parameter_mb") ==
+          Approx(summaryValue(dir / "z3-fp32", "parameter_mb")));
+    // It trains as DDP's bf16 autocast does, to bf16's precision.
+    CHECK(summaryValue(dir / reduce, "test_loss") == Approx(ddp_loss).epsilon(0.02));
+    // Checkpoints and model.safetensors hold the fp32 values of the slices.
+    for (const auto& [k, t] : ltrain::io::loadSafetensors(dir / (reduce + "/model.safetensors")))
+      CHECK(t.scalar_type() == torch::kFloat);
   }
 }
