@@ -40,16 +40,15 @@ void writeRankFile(const std::string& file, const std::vector<distributed::UnitS
                    torch::nn::Module& model, const ComponentStates* states) {
   io::NamedTensors t;
   for (size_t k = 0; k < units.size(); ++k) {
-    t.emplace_back(fmt::format("u{}.param", k), units[k].values.cpu());
+    t.emplace_back(fmt::format("u{}.param", k), units[k].values);
     for (const auto& [name, st] : units[k].state)
-      t.emplace_back(fmt::format("u{}.{}", k, name), st.cpu());
+      t.emplace_back(fmt::format("u{}.{}", k, name), st);
   }
   if (states) {
-    for (const auto& b : model.named_buffers())
-      t.emplace_back("buffer." + b.key(), b.value().cpu());
+    for (const auto& b : model.named_buffers()) t.emplace_back("buffer." + b.key(), b.value());
     t.insert(t.end(), states->tensors.begin(), states->tensors.end());
   }
-  io::saveSafetensors(file, t);
+  io::saveSafetensors(file, t);  // a tensor at a time, each copied to the host as it is written
 }
 
 io::Json indexJson(const std::vector<distributed::UnitShard>& units, const io::Json& numbers,

@@ -38,29 +38,13 @@ std::string dtypeName(torch::ScalarType t) {
 
 void saveSafetensors(const std::string& path, const NamedTensors& tensors,
                      const std::map<std::string, std::string>& metadata) {
-  Json header = Json::object();
-  if (!metadata.empty()) header["__metadata__"] = metadata;
-  std::vector<torch::Tensor> data;
-  int64_t offset = 0;
-  for (const auto& [name, t] : tensors) {
-    auto c = t.detach().to(torch::kCPU).contiguous();
-    const int64_t bytes = c.numel() * static_cast<int64_t>(c.element_size());
-    header[name] = {{"dtype", dtypeName(c.scalar_type())},
-                    {"shape", c.sizes().vec()},
-                    {"data_offsets", {offset, offset + bytes}}};
-    offset += bytes;
-    data.push_back(c);
-  }
-  std::string text = dumpJsonLine(header);
-  while (text.size() % 8) text += ' ';  // the format's alignment convention
-  std::string out;
-  out.reserve(8 + text.size() + offset);
-  uint64_t n = text.size();
-  for (int i = 0; i < 8; ++i) out += static_cast<char>((n >> (8 * i)) & 0xff);
-  out += text;
-  for (const auto& c : data)
-    out.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
-  writeFileAtomic(path, out);
+  // Streamed a tensor at a time: no copy of the whole file in memory (a rank's slices of a large
+  // model, or its whole weights, would otherwise be held twice while they are written).
+  std::vector<SafetensorsStream::Entry> entries;
+  for (const auto& [name, t] : tensors) entries.push_back({name, t.scalar_type(), t.sizes().vec()});
+  SafetensorsStream out(path, entries, metadata);
+  for (const auto& [name, t] : tensors) out.write(t);
+  out.commit();
 }
 
 SafetensorsStream::SafetensorsStream(std::string path, const std::vector<Entry>& entries,
