@@ -94,6 +94,31 @@ TEST_CASE("ltrain loads transformers' Llama and GPT-2 checkpoints and gives thei
     const double diff = maxDiff(mine, theirLogits(dir, hf, ids));
     INFO("max abs logit difference " << diff);
     CHECK(diff <= 1e-5);
+
+    // dist.zero 3's way in: a model without parameter memory reads, layer by layer, only the
+    // elements a rank keeps (here the second half of each parameter, GPT-2's transposed Conv1D
+    // matrices included, from one file or from shards): exactly the whole load's.
+    auto deferred = ltrain::models::build(m, {std::min<int64_t>(m.block_size, 64)}, m.vocab_size,
+                                          true, /*deferred=*/true);
+    ltrain::models::loadInitialWeights(deferred, m);
+    REQUIRE(deferred->deferred);
+    torch::NoGradGuard no_grad;
+    auto half = [](const torch::Tensor& p) {
+      return std::pair<int64_t, int64_t>{p.numel() / 2, p.numel()};
+    };
+    for (size_t i = 0; i < deferred->layers->size(); ++i) {
+      auto& layer = *deferred->layers->ptr(i);
+      for (auto& p : layer.parameters()) p.set_data(torch::zeros(p.sizes(), p.options()));
+      deferred->deferred->fill(i, layer, half);
+    }
+    const auto whole = model->named_parameters(), part = deferred->named_parameters();
+    REQUIRE(whole.size() == part.size());
+    for (size_t i = 0; i < whole.size(); ++i) {
+      INFO(whole[i].key());
+      const auto w = whole[i].value().reshape(-1), d = part[i].value().reshape(-1);
+      const int64_t n = w.numel();
+      CHECK(torch::equal(w.narrow(0, n / 2, n - n / 2), d.narrow(0, n / 2, n - n / 2)));
+    }
   }
 }
 
