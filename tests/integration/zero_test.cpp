@@ -9,7 +9,10 @@
 #include <yaml-cpp/yaml.h>
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <map>
+#include <sstream>
 
+#include "ltrain/io/json.h"
 #include "ltrain/io/safetensors.h"
 #include "support/process.h"
 #include "support/results.h"
@@ -561,4 +564,44 @@ TEST_CASE("dist.zero=3 under bf16 gathers each unit in bf16 and reduces in dist.
     for (const auto& [k, t] : ltrain::io::loadSafetensors(dir / (reduce + "/model.safetensors")))
       CHECK(t.scalar_type() == torch::kFloat);
   }
+}
+
+TEST_CASE("dist.zero=3 resumes a whole .pt with only rank 0 holding it whole", "[dist]") {
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 9\n");
+  ltrain::test::writeText(dir / "t.txt", ltrain::test::textCorpus(200));
+  // 12.6M parameters (50 MiB; AdamW's state 100 MiB): a step under DDP writes step-1.pt.
+  const std::vector<std::string> big{"model.n_layer=4", "model.n_embd=512", "model.n_head=8",
+                                     "train.checkpoint_every=1"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), big.begin(), big.end());
+    return extra;
+  };
+  auto ddp = runLtrain(gpt(dir, dir / "ddp", 2, with({"dist.zero=0", "train.max_steps=1"})));
+  INFO(ddp.out << ddp.err);
+  REQUIRE(ddp.exit_code == 0);
+  const std::string log = dir / "memory.jsonl";
+  auto z3 = runLtrain(gpt(dir, dir / "z3", 2,
+                          with({"dist.zero=3", "train.max_steps=2",
+                                "train.resume=" + (dir / "ddp/checkpoints/step-00000001.pt")})),
+                      {{"LTRAIN_MEMORY_LOG", log}});
+  INFO(z3.out << z3.err);
+  REQUIRE(z3.exit_code == 0);
+  CHECK_THAT(z3.out, Contains("resuming from"));
+  // The one-rank copy it went through is gone.
+  CHECK_FALSE(std::filesystem::exists(dir / "z3/checkpoints/.resume-from-whole.shards"));
+  // Each rank's first "resume" phase is the checkpoint's load: rank 0 reads the .pt whole (its
+  // model and AdamW's state, 150 MiB), rank 1 only the index and its own ranges later.
+  std::map<int, double> grew;
+  std::istringstream lines(readText(log));
+  for (std::string line; std::getline(lines, line);) {
+    const auto j = ltrain::io::Json::parse(line);
+    const int rank = j["rank"];
+    if (j["phase"] == "resume" && !grew.count(rank))
+      grew[rank] = j["peak_rss_mb"].get<double>() - j["start_rss_mb"].get<double>();
+  }
+  REQUIRE(grew.size() == 2);
+  INFO("rank 0 grew " << grew[0] << " MiB, rank 1 " << grew[1] << " MiB");
+  CHECK(grew[0] > 100);
+  CHECK(grew[1] < 25);
 }

@@ -54,6 +54,12 @@ void saveShardedCheckpoint(const std::string& path,
                            torch::nn::Module& model, const Components& parts,
                            distributed::ProcessGroup& pg);
 
+// A whole model, its optimizer (state on the host) and the components written as a sharded
+// checkpoint of one rank, each parameter a unit of its own (no copies): how dist.zero 3 resumes a
+// whole .pt, which only the rank that reads it holds whole; every rank then reads its ranges.
+void saveAsShardedCheckpoint(const std::string& path, torch::nn::Module& model,
+                             const torch::optim::Optimizer& opt, const Components& parts);
+
 // A sharded checkpoint's index and its rank files' headers, checked (UsageError naming the
 // checkpoint when it is incomplete or corrupt); tensors are read by element ranges, from whichever
 // rank files hold them, and nothing else is read.

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "ltrain/checkpoint/sharded_checkpoint.h"
+#include "ltrain/distributed/optimizer_state.h"
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
@@ -132,6 +133,30 @@ void saveShardedCheckpoint(const std::string& path,
     }
   }
   agree(pg, path, error);
+}
+
+void saveAsShardedCheckpoint(const std::string& path, torch::nn::Module& model,
+                             const torch::optim::Optimizer& opt, const Components& parts) {
+  std::vector<distributed::UnitShard> units;
+  for (const auto& p : model.named_parameters()) {
+    distributed::UnitShard u;
+    u.params.push_back({p.key(), p.value().sizes().vec(), 0});
+    u.padded = p.value().numel();
+    u.values = p.value().detach().reshape(-1);
+    distributed::ParamState st;
+    if (distributed::readParamState(opt, p.value(), st)) {
+      u.optimizer_step = st.step;
+      for (const auto& [name, t] : st.tensors) u.state.emplace_back(name, t.reshape(-1));
+    }
+    units.push_back(std::move(u));
+  }
+  removeShardedCheckpoint(path);
+  std::error_code ec;
+  fs::create_directories(path, ec);
+  if (ec) throw std::runtime_error(fmt::format("cannot create '{}': {}", path, ec.message()));
+  const auto states = takeStates(parts);
+  writeRankFile(path + "/" + shardedRankFile(0, 1), units, model, &states);
+  io::writeFileAtomic(path + "/index.json", indexJson(units, states.numbers, 1).dump(1) + "\n");
 }
 
 }  // namespace ltrain::checkpoint

@@ -104,18 +104,6 @@ Classifier buildDeferred(Layerwise family) {
   return model;
 }
 
-void materializeWhole(Classifier& model) {
-  if (!model->deferred) return;
-  torch::NoGradGuard no_grad;
-  auto all = [](const torch::Tensor& p) { return std::pair<int64_t, int64_t>{0, p.numel()}; };
-  for (size_t i = 0; i < model->layers->size(); ++i) {
-    auto& layer = *model->layers->ptr(i);
-    for (auto& p : layer.parameters()) allocateStorage(p);
-    model->deferred->fill(i, layer, all);
-  }
-  model->deferred.reset();
-}
-
 void placeDeferred(Classifier& model, torch::Device device) {
   torch::NoGradGuard no_grad;
   for (auto& p : model->parameters())

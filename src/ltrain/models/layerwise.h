@@ -32,10 +32,6 @@ Classifier buildWhole(const Layerwise& family);
 // random generator ends where the whole build leaves it. Peak memory: about one layer.
 Classifier buildDeferred(Layerwise family);
 
-// Gives a deferred model's parameters memory and their values, layer by layer: the model is then
-// whole, as built so (a resume from a whole checkpoint under dist.zero 3).
-void materializeWhole(Classifier& model);
-
 // Moves a deferred model's buffers to `device` and makes its parameters there, still without
 // memory.
 void placeDeferred(Classifier& model, torch::Device device);

@@ -1,6 +1,7 @@
 #include "ltrain/train/trainer.h"
 #include "ltrain/train/trainer_parts.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
@@ -138,20 +139,36 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   rng_ = RngStreams(devices_.main);
   tally_ = std::make_unique<LossTally>(devices_.main);
   // A model built deferred resumes from a sharded checkpoint by ranges (each rank reads its own
-  // slices when the plan makes them); from a whole one it is first made whole, as before.
+  // slices when the plan makes them). A whole .pt (another strategy's) is read by rank 0 alone,
+  // into a model of its own, and written as a sharded checkpoint of one rank that every rank then
+  // reads its ranges of: no other rank holds the whole model.
   std::shared_ptr<const checkpoint::ShardedCheckpointReader> shards;
+  std::string converted;  // that copy, removed once every rank has read it
   auto load = [&](const std::string& path) {
-    if (model_->deferred && checkpoint::isShardedCheckpoint(path)) {
-      shards = checkpoint::resumeDeferred(path, model_, *whole, parts());
-      return;
+    if (!model_->deferred) return checkpoint::loadCheckpoint(path, *model_, *whole, parts());
+    std::string from = path;
+    if (!checkpoint::isShardedCheckpoint(path)) {
+      from = run_.path + "/checkpoints/.resume-from-whole.shards";
+      if (rt_.isMain()) {
+        // Its random initialisation must not move the generator the other ranks keep.
+        auto gen = at::detail::getDefaultCPUGenerator();
+        const auto rng = gen.get_state();
+        auto scratch = models::build(cfg_.model, splits_.train.exampleShape(),
+                                     splits_.train.num_classes, splits_.train.tokens);
+        gen.set_state(rng);
+        auto opt = make_optimizer(scratch->parameters(), {});
+        checkpoint::loadCheckpoint(path, *scratch, *opt, parts());
+        checkpoint::saveAsShardedCheckpoint(from, *scratch, *opt, parts());
+      }
+      converted = from;
     }
-    models::materializeWhole(model_);
-    checkpoint::loadCheckpoint(path, *model_, *whole, parts());
+    shards = checkpoint::resumeDeferred(from, model_, *whole, parts());
   };
   bool resumed = false;
   {
+    // The other ranks learn only inside whether rank 0 chose a checkpoint.
     std::optional<MemoryPhase> phase;
-    if (run_.resume_from) phase.emplace("resume");
+    if (run_.resume_from || !rt_.isMain()) phase.emplace("resume");
     resumed = resumeIfAny(run_, load, rt_, pg_.get(), reporter_);
   }
   readTally();  // what a summary written before the first report says
@@ -171,6 +188,10 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
       plan_->state().loadOptimizerRanges(checkpoint::rangeSource(shards));
     else if (resumed)
       plan_->state().loadWholeOptimizer(*whole);
+  }
+  if (!converted.empty()) {
+    if (pg_) pg_->allreduceSum({0.0});  // every rank has read its ranges
+    if (rt_.isMain()) checkpoint::removeShardedCheckpoint(converted);
   }
   step_ = std::make_unique<TrainStep>(cfg_, model_, devices_, *plan_, scaler_, faults_);
   checkpointer_ = std::make_unique<checkpoint::Checkpointer>(run_.path, cfg_.train.keep_checkpoints,
