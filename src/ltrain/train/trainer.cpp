@@ -1,7 +1,6 @@
 #include "ltrain/train/trainer.h"
 #include "ltrain/train/trainer_parts.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
@@ -20,7 +19,6 @@
 #include <sstream>
 
 #include "ltrain/checkpoint/checkpointing.h"
-#include "ltrain/checkpoint/sharded_checkpoint.h"
 #include "ltrain/common/error_report.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/common/memory.h"
@@ -35,7 +33,6 @@
 #include "ltrain/io/safetensors.h"
 #include "ltrain/models/hf_checkpoint.h"
 #include "ltrain/models/layer_graph.h"
-#include "ltrain/models/layerwise.h"
 #include "ltrain/optim/optimizer.h"
 #include "ltrain/train/evaluate.h"
 #include "ltrain/train/faults.h"
@@ -135,64 +132,9 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   auto make_optimizer = [this](std::vector<torch::Tensor> p, std::vector<torch::Tensor> masks) {
     return optim::makeOptimizer(cfg_.optimizer, std::move(p), std::move(masks));
   };
-  auto whole = make_optimizer(model_->parameters(), {});  // what a checkpoint's state loads into
   rng_ = RngStreams(devices_.main);
   tally_ = std::make_unique<LossTally>(devices_.main);
-  // A model built deferred resumes from a sharded checkpoint by ranges (each rank reads its own
-  // slices when the plan makes them). A whole .pt (another strategy's) is read by rank 0 alone,
-  // into a model of its own, and written as a sharded checkpoint of one rank that every rank then
-  // reads its ranges of: no other rank holds the whole model.
-  std::shared_ptr<const checkpoint::ShardedCheckpointReader> shards;
-  std::string converted;  // that copy, removed once every rank has read it
-  auto load = [&](const std::string& path) {
-    if (!model_->deferred) return checkpoint::loadCheckpoint(path, *model_, *whole, parts());
-    std::string from = path;
-    if (!checkpoint::isShardedCheckpoint(path)) {
-      from = run_.path + "/checkpoints/.resume-from-whole.shards";
-      if (rt_.isMain()) {
-        // Its random initialisation must not move the generator the other ranks keep.
-        auto gen = at::detail::getDefaultCPUGenerator();
-        const auto rng = gen.get_state();
-        auto scratch = models::build(cfg_.model, splits_.train.exampleShape(),
-                                     splits_.train.num_classes, splits_.train.tokens);
-        gen.set_state(rng);
-        auto opt = make_optimizer(scratch->parameters(), {});
-        checkpoint::loadCheckpoint(path, *scratch, *opt, parts());
-        checkpoint::saveAsShardedCheckpoint(from, *scratch, *opt, parts());
-      }
-      converted = from;
-    }
-    shards = checkpoint::resumeDeferred(from, model_, *whole, parts());
-  };
-  bool resumed = false;
-  {
-    // The other ranks learn only inside whether rank 0 chose a checkpoint.
-    std::optional<MemoryPhase> phase;
-    if (run_.resume_from || !rt_.isMain()) phase.emplace("resume");
-    resumed = resumeIfAny(run_, load, rt_, pg_.get(), reporter_);
-  }
-  readTally();  // what a summary written before the first report says
-  adoptWorldSize();
-  {
-    // A deferred model's values are made or read here, unit by unit, as the plan shards it.
-    MemoryPhase phase(!model_->deferred               ? "place"
-                      : shards                        ? "resume"
-                      : !cfg_.model.init_from.empty() ? "init_from"
-                                                      : "build");
-    placeModel(model_, cfg_.model, devices_);
-    const auto compute =
-        cfg_.train.precision == config::Precision::kBf16 ? torch::kBFloat16 : torch::kFloat;
-    plan_ = distributed::parallelize(model_, cfg_.dist, pg_.get(),
-                                     {make_optimizer, StopVote::kScalars, StopVote::fill, compute});
-    if (shards)
-      plan_->state().loadOptimizerRanges(checkpoint::rangeSource(shards));
-    else if (resumed)
-      plan_->state().loadWholeOptimizer(*whole);
-  }
-  if (!converted.empty()) {
-    if (pg_) pg_->allreduceSum({0.0});  // every rank has read its ranges
-    if (rt_.isMain()) checkpoint::removeShardedCheckpoint(converted);
-  }
+  const bool resumed = resumeAndSpread(make_optimizer);
   step_ = std::make_unique<TrainStep>(cfg_, model_, devices_, *plan_, scaler_, faults_);
   checkpointer_ = std::make_unique<checkpoint::Checkpointer>(run_.path, cfg_.train.keep_checkpoints,
                                                              rt_.isMain(), pg_.get());

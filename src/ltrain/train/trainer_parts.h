@@ -46,6 +46,9 @@ class Trainer {
 
  private:
   void prepare(const config::LoadedConfig& lc, const TrainRequest& req);
+  // train/trainer_resume.cpp: the chosen checkpoint loaded, the model placed and spread by the
+  // plan, the optimizer state into it. True when the run resumed.
+  bool resumeAndSpread(const distributed::ParallelPlan::MakeOptimizer& make_optimizer);
   void adoptWorldSize();
   void applyThreads();
   void attachRankLog();
