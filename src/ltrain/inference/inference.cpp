@@ -75,15 +75,10 @@ int64_t vocabFromWeights(const std::string& weights) {
   return 0;
 }
 
-bool isShardedDir(const std::string& weights) {
-  std::error_code ec;
-  return !weights.empty() && fs::exists(fs::path(weights) / "index.json", ec);
-}
-
 // A model built without parameter memory reads its weights one parameter at a time, after every
 // name and shape was checked against the file's header or the checkpoint's index.
 models::ParameterValues streamedValues(const std::string& weights, const models::Classifier& m) {
-  if (isShardedDir(weights)) {
+  if (checkpoint::isShardedCheckpoint(weights)) {
     auto ckpt = std::make_shared<const checkpoint::ShardedCheckpointReader>(weights);
     ckpt->check(*m, nullptr, {});
     std::map<std::string, std::vector<int64_t>> shapes;
@@ -166,7 +161,9 @@ LoadedModel loadTrainedModel(const InferenceRequest& req, bool need_codec, bool 
   torch::manual_seed(static_cast<uint64_t>(cfg.seed));
   config::ModelConfig m = cfg.model;
   m.placement = config::Placement::kSingle;  // one device: decoding is sequential anyway
-  streamed = streamed && (isSafetensors(lm.weights) || isShardedDir(lm.weights));
+  // (a file, or dist.zero 3's step-N.shards directory: checked above)
+  streamed = streamed && !lm.weights.empty() &&
+             (isSafetensors(lm.weights) || checkpoint::isShardedCheckpoint(lm.weights));
   lm.model = models::build(m, {cfg.model.block_size}, lm.vocab, /*tokens=*/true, streamed);
   if (streamed)
     lm.values = streamedValues(lm.weights, lm.model);
