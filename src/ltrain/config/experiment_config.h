@@ -132,6 +132,9 @@ struct DistConfig {
   // dist.zero 3 under train.precision bf16 (units gathered in bf16): the dtype the gradients are
   // reduce-scattered in (FSDP2's MixedPrecisionPolicy.reduce_dtype)
   ReduceDtype reduce_dtype;
+  // Ranks per tensor-parallel group (gpt, llama): each splits every attention and MLP matrix and
+  // the vocabulary N ways; world = data-parallel replicas x N, each group on one host
+  int64_t tensor_parallel;
 };
 
 struct ExperimentConfig {

@@ -215,12 +215,51 @@ void distributedOptions(const LoadedConfig& lc) {
            "gathered around ltrain's own layers, which a TorchScript module does not have)");
 }
 
+// dist.tensor_parallel splits gpt's and llama's heads, MLP and vocabulary (the vocabulary is
+// checked once the data gives it; the ranks, once the launcher gives them).
+void tensorParallel(const LoadedConfig& lc) {
+  const ExperimentConfig& c = lc.cfg;
+  const int64_t n = c.dist.tensor_parallel;
+  if (n == 1) return;
+  auto no = [&](const std::string& key, const std::string& why) {
+    refuse(lc, setOne(lc, key, "dist.tensor_parallel"),
+           fmt::format("dist.tensor_parallel {} {}", n, why));
+  };
+  if (c.model.name != "gpt" && c.model.name != "llama")
+    no("model.name", fmt::format("splits gpt and llama, not model.name {}", c.model.name));
+  auto divides = [&](const std::string& key, int64_t v) {
+    if (v % n != 0)
+      no(key, fmt::format("must divide {} ({}): each rank holds whole heads and 1/{} of the rest",
+                          key, v, n));
+  };
+  divides("model.n_head", c.model.n_head);
+  if (c.model.name == "llama") {
+    if (c.model.n_kv_head > 0) divides("model.n_kv_head", c.model.n_kv_head);
+    divides("model.intermediate_size", c.model.intermediate_size);
+  }
+  if (c.dist.zero >= 1)
+    no("dist.zero", fmt::format("does not combine with dist.zero {} yet: the data-parallel "
+                                "dimension runs DDP (leave dist.zero 0)",
+                                c.dist.zero));
+  if (c.dist.strategy != Strategy::kDdp)
+    no("dist.strategy", fmt::format("needs dist.strategy ddp (one process per device), not {}",
+                                    toString(c.dist.strategy)));
+  if (c.model.placement == Placement::kPipeline)
+    no("model.placement", "does not combine with model.placement pipeline");
+  if (c.model.dropout > 0)
+    no("model.dropout",
+       fmt::format("needs model.dropout 0 (got {}): the ranks of a group would draw different "
+                   "dropout masks for the activations they share",
+                   c.model.dropout));
+}
+
 }  // namespace
 
 void validate(const LoadedConfig& lc) {
   modelAgainstData(lc);
   modelShape(lc);
   distributedOptions(lc);
+  tensorParallel(lc);
   activationCheckpointing(lc);
 }
 

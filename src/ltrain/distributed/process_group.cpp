@@ -8,6 +8,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <thread>
 
 #include "ltrain/common/error_report.h"
@@ -231,6 +232,20 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::gatherToRankZero(
   c10d::GatherOptions opts;
   opts.rootRank = 0;
   return backend_->gather(out, in, opts);
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::subgroupOf(const std::string& name,
+                                                       const std::vector<int64_t>& members) const {
+  const auto at = std::find(members.begin(), members.end(), rt_.rank);
+  if (at == members.end())
+    throw std::logic_error(fmt::format("rank {} is not in group {}", rt_.rank, name));
+  auto g = std::shared_ptr<ProcessGroup>(new ProcessGroup(*this));
+  g->rt_.rank = at - members.begin();
+  g->rt_.world_size = static_cast<int64_t>(members.size());
+  g->store_ = c10::make_intrusive<c10d::PrefixStore>("group/" + name, store_);
+  g->backend_ = g->makeBackend("pg", device_);
+  g->shm_.reset();  // one segment per job: a subgroup's collectives would interleave with it
+  return g;
 }
 
 std::vector<double> ProcessGroup::allreduceSum(const std::vector<double>& values) {

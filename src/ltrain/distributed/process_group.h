@@ -29,6 +29,12 @@ class ProcessGroup {
   // Another communicator over the same ranks, for collectives on `device` (a pipeline stage's
   // GPU: NCCL wants one device per communicator). It shares this group's store and watchdog.
   std::shared_ptr<ProcessGroup> subgroup(const std::string& name, c10::Device device) const;
+  // A communicator over some of the ranks (`members`, global ranks in order, this one among them):
+  // a tensor-parallel or data-parallel group of a 2-D mesh. Its runtime() gives this rank's place
+  // in it and its size; its store is its own (prefixed by `name`, unique per group), so that its
+  // barriers do not meet another group's. Every member calls it, with the same name.
+  std::shared_ptr<ProcessGroup> subgroupOf(const std::string& name,
+                                           const std::vector<int64_t>& members) const;
 
   const Runtime& runtime() const { return rt_; }
   // The backend itself: for tests that compare a collective with the backend's own.

@@ -10,6 +10,8 @@ namespace ltrain::distributed {
 
 std::vector<Strategy>& strategies() {
   static std::vector<Strategy> list = {
+      {"tensor_parallel", [](const PlanSetup& s) { return s.pg && s.dist.tensor_parallel > 1; },
+       makeTensorParallelPlan},
       // A process group of one shards too (a single launched worker with an explicit
       // dist.backend): its reduce-scatters, all-gathers and unit hooks then run on one GPU.
       {"zero", [](const PlanSetup& s) { return s.pg && s.dist.zero >= 1; }, makeZeroPlan},

@@ -71,7 +71,7 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
     torch::NoGradGuard no_grad;
     std::vector<torch::Tensor> slices, masks;
     for (size_t b = 0; b < reducer_->bucketCount(); ++b) {
-      Shard sh{reducer_->layout(b), {}};
+      Shard sh{reducer_->layout(b), {}, {}};
       const auto& first = sh.bucket.params.front();
       if (sh.bucket.shard.scalar_type() != first.scalar_type() && !o.reduce_dtype)
         throw std::logic_error("ZeRO-1 gradients must travel in the parameters' dtype");

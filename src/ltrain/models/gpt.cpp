@@ -13,6 +13,7 @@
 #include "ltrain/models/activation_checkpoint.h"
 #include "ltrain/models/decoding.h"
 #include "ltrain/models/layers.h"
+#include "ltrain/models/tensor_parallel.h"
 
 namespace ltrain::models {
 namespace {
@@ -25,14 +26,21 @@ torch::nn::Linear linear(int64_t in, int64_t out, bool bias = true) {
 
 // Each module is Cloneable (reset() registers its parts again) so that dist.strategy=dp can
 // replicate the model onto every GPU. Embedding and Block are CachedLayers: ltrain generate runs
-// them position by position with a cache of keys and values.
+// them position by position with a cache of keys and values. With `tp` (dist.tensor_parallel,
+// models/tensor_parallel.h) each module holds this rank's part: 1/tp of the vocabulary, of the
+// heads and of the MLP's width.
+using Tp = std::shared_ptr<TensorParallelism>;
+
+int64_t tpSize(const Tp& tp) {
+  return tp ? tp->size : 1;
+}
 struct EmbeddingImpl : torch::nn::Cloneable<EmbeddingImpl>, CachedLayer {
-  EmbeddingImpl(int64_t vocab, int64_t block_size, int64_t n_embd, double dropout)
-      : vocab(vocab), block_size(block_size), n_embd(n_embd), dropout(dropout) {
+  EmbeddingImpl(int64_t vocab, int64_t block_size, int64_t n_embd, double dropout, Tp tp)
+      : vocab(vocab), block_size(block_size), n_embd(n_embd), dropout(dropout), tp(std::move(tp)) {
     reset();
   }
   void reset() override {
-    wte = register_module("wte", torch::nn::Embedding(vocab, n_embd));
+    wte = register_module("wte", torch::nn::Embedding(vocab / tpSize(tp), n_embd));
     wpe = register_module("wpe", torch::nn::Embedding(block_size, n_embd));
     drop = register_module("drop", torch::nn::Dropout(dropout));
   }
@@ -46,30 +54,33 @@ struct EmbeddingImpl : torch::nn::Cloneable<EmbeddingImpl>, CachedLayer {
                 " tokens is longer than model.block_size ", block_size);
     auto pos = torch::arange(first, first + t,
                              torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
-    return drop(wte(idx) + wpe(pos));
+    return drop((tp ? vocabParallelEmbedding(idx, wte->weight, *tp) : wte(idx)) + wpe(pos));
   }
   int64_t vocab, block_size, n_embd;
   double dropout;
+  Tp tp;
   torch::nn::Embedding wte{nullptr}, wpe{nullptr};
   torch::nn::Dropout drop{nullptr};
 };
 TORCH_MODULE(Embedding);
 
 struct CausalSelfAttentionImpl : torch::nn::Cloneable<CausalSelfAttentionImpl> {
-  CausalSelfAttentionImpl(int64_t n_embd, int64_t n_head, double dropout)
-      : n_embd(n_embd), n_head(n_head), dropout(dropout) {
+  CausalSelfAttentionImpl(int64_t n_embd, int64_t n_head, double dropout, Tp tp)
+      : n_embd(n_embd), n_head(n_head), dropout(dropout), tp(std::move(tp)) {
     reset();
   }
   void reset() override {
-    c_attn = register_module("c_attn", linear(n_embd, 3 * n_embd));
-    c_proj = register_module("c_proj", linear(n_embd, n_embd));
+    // Column-parallel q, k, v (this rank's heads of each); row-parallel output projection.
+    c_attn = register_module("c_attn", linear(n_embd, 3 * n_embd / tpSize(tp)));
+    c_proj = register_module("c_proj", linear(n_embd / tpSize(tp), n_embd));
     resid_drop = register_module("resid_drop", torch::nn::Dropout(dropout));
   }
   torch::Tensor forward(torch::Tensor x, KvCache* cache = nullptr) {
-    const int64_t b = x.size(0), t = x.size(1), c = x.size(2);
-    auto qkv = c_attn(x).split(c, 2);
+    const int64_t b = x.size(0), t = x.size(1), c = x.size(2) / tpSize(tp);
+    const int64_t nh = n_head / tpSize(tp);
+    auto qkv = c_attn(tp ? copyToTensorParallel(x, *tp) : x).split(c, 2);
     auto heads = [&](const torch::Tensor& y) {
-      return y.view({b, t, n_head, c / n_head}).transpose(1, 2);  // [B, nh, T, hs]
+      return y.view({b, t, nh, c / nh}).transpose(1, 2);  // [B, nh, T, hs]
     };
     auto k = heads(qkv[1]), v = heads(qkv[2]);
     if (cache) {
@@ -77,47 +88,55 @@ struct CausalSelfAttentionImpl : torch::nn::Cloneable<CausalSelfAttentionImpl> {
       cache->k = k, cache->v = v;
     }
     auto y = cachedAttention(heads(qkv[0]), k, v, is_training() ? dropout : 0.0, /*gqa=*/false);
-    return resid_drop(c_proj(y.transpose(1, 2).contiguous().view({b, t, c})));
+    y = y.transpose(1, 2).contiguous().view({b, t, c});
+    if (tp)
+      return resid_drop(reduceFromTensorParallel(F::linear(y, c_proj->weight), *tp) + c_proj->bias);
+    return resid_drop(c_proj(y));
   }
   int64_t n_embd, n_head;
   double dropout;
+  Tp tp;
   torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
   torch::nn::Dropout resid_drop{nullptr};
 };
 TORCH_MODULE(CausalSelfAttention);
 
 struct MlpImpl : torch::nn::Cloneable<MlpImpl> {
-  MlpImpl(int64_t n_embd, double dropout, bool tanh_gelu)
-      : n_embd(n_embd), dropout(dropout), tanh_gelu(tanh_gelu) {
+  MlpImpl(int64_t n_embd, double dropout, bool tanh_gelu, Tp tp)
+      : n_embd(n_embd), dropout(dropout), tanh_gelu(tanh_gelu), tp(std::move(tp)) {
     reset();
   }
   void reset() override {
-    c_fc = register_module("c_fc", linear(n_embd, 4 * n_embd));
-    c_proj = register_module("c_proj", linear(4 * n_embd, n_embd));
+    // Column-parallel c_fc, row-parallel c_proj.
+    c_fc = register_module("c_fc", linear(n_embd, 4 * n_embd / tpSize(tp)));
+    c_proj = register_module("c_proj", linear(4 * n_embd / tpSize(tp), n_embd));
     drop = register_module("drop", torch::nn::Dropout(dropout));
   }
   torch::Tensor forward(torch::Tensor x) {
-    return drop(
-        c_proj(F::gelu(c_fc(x), F::GELUFuncOptions().approximate(tanh_gelu ? "tanh" : "none"))));
+    auto h = F::gelu(c_fc(tp ? copyToTensorParallel(x, *tp) : x),
+                     F::GELUFuncOptions().approximate(tanh_gelu ? "tanh" : "none"));
+    if (tp) return drop(reduceFromTensorParallel(F::linear(h, c_proj->weight), *tp) + c_proj->bias);
+    return drop(c_proj(h));
   }
   int64_t n_embd;
   double dropout;
   bool tanh_gelu;
+  Tp tp;
   torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
   torch::nn::Dropout drop{nullptr};
 };
 TORCH_MODULE(Mlp);
 
 struct BlockImpl : torch::nn::Cloneable<BlockImpl>, CachedLayer, RepeatedBlock {
-  BlockImpl(int64_t n_embd, int64_t n_head, double dropout, bool tanh_gelu)
-      : n_embd(n_embd), n_head(n_head), dropout(dropout), tanh_gelu(tanh_gelu) {
+  BlockImpl(int64_t n_embd, int64_t n_head, double dropout, bool tanh_gelu, Tp tp)
+      : n_embd(n_embd), n_head(n_head), dropout(dropout), tanh_gelu(tanh_gelu), tp(std::move(tp)) {
     reset();
   }
   void reset() override {
     ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({n_embd})));
-    attn = register_module("attn", CausalSelfAttention(n_embd, n_head, dropout));
+    attn = register_module("attn", CausalSelfAttention(n_embd, n_head, dropout, tp));
     ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({n_embd})));
-    mlp = register_module("mlp", Mlp(n_embd, dropout, tanh_gelu));
+    mlp = register_module("mlp", Mlp(n_embd, dropout, tanh_gelu, tp));
   }
   torch::Tensor forward(torch::Tensor x) { return run(x, nullptr); }
   torch::Tensor forwardCached(const torch::Tensor& x, int64_t, KvCache& cache) override {
@@ -130,6 +149,7 @@ struct BlockImpl : torch::nn::Cloneable<BlockImpl>, CachedLayer, RepeatedBlock {
   int64_t n_embd, n_head;
   double dropout;
   bool tanh_gelu;
+  Tp tp;
   torch::nn::LayerNorm ln_1{nullptr};
   CausalSelfAttention attn{nullptr};
   torch::nn::LayerNorm ln_2{nullptr};
@@ -144,15 +164,16 @@ TORCH_MODULE(Block);
 // gradient back. (A dp replica's head keeps using the original matrix, copied to its device: the
 // gradient reaches the same parameter.)
 struct LmHeadImpl : torch::nn::Cloneable<LmHeadImpl>, UsesSharedParameters {
-  LmHeadImpl(int64_t n_embd, int64_t vocab, Embedding tied)
-      : n_embd(n_embd), vocab(vocab), tied(std::move(tied)) {
+  LmHeadImpl(int64_t n_embd, int64_t vocab, Embedding tied, Tp tp)
+      : n_embd(n_embd), vocab(vocab), tied(std::move(tied)), tp(std::move(tp)) {
     reset();
   }
   void reset() override {
-    if (!tied) weight = register_parameter("weight", torch::empty({vocab, n_embd}));
+    if (!tied) weight = register_parameter("weight", torch::empty({vocab / tpSize(tp), n_embd}));
   }
   torch::Tensor forward(torch::Tensor x) {
     const auto& w = tied ? tied->wte->weight : weight;
+    if (tp) return vocabParallelLogits(x, w, *tp);
     return F::linear(x, w.device() == x.device() ? w : w.to(x.device()));
   }
   std::vector<torch::Tensor> sharedParameters() const override {
@@ -161,6 +182,7 @@ struct LmHeadImpl : torch::nn::Cloneable<LmHeadImpl>, UsesSharedParameters {
   }
   int64_t n_embd, vocab;
   Embedding tied{nullptr};
+  Tp tp;
   torch::Tensor weight;
 };
 TORCH_MODULE(LmHead);
@@ -168,7 +190,7 @@ TORCH_MODULE(LmHead);
 }  // namespace
 
 Layerwise gptLayers(const config::ModelConfig& cfg, const std::vector<int64_t>& shape,
-                    int64_t vocab) {
+                    int64_t vocab, std::shared_ptr<TensorParallelism> tp) {
   if (cfg.n_embd % cfg.n_head != 0)
     throw UsageError(fmt::format("model.n_embd ({}) must be a multiple of model.n_head ({})",
                                  cfg.n_embd, cfg.n_head));
@@ -178,12 +200,12 @@ Layerwise gptLayers(const config::ModelConfig& cfg, const std::vector<int64_t>& 
   Layerwise f;
   using Built = const torch::nn::Sequential&;
   f.layers.emplace_back([=](Built) {
-    return torch::nn::AnyModule(Embedding(vocab, cfg.block_size, cfg.n_embd, cfg.dropout));
+    return torch::nn::AnyModule(Embedding(vocab, cfg.block_size, cfg.n_embd, cfg.dropout, tp));
   });
   for (int64_t i = 0; i < cfg.n_layer; ++i)
     f.layers.emplace_back([=](Built) {
       return torch::nn::AnyModule(
-          Block(cfg.n_embd, cfg.n_head, cfg.dropout, cfg.gelu == config::Gelu::kTanh));
+          Block(cfg.n_embd, cfg.n_head, cfg.dropout, cfg.gelu == config::Gelu::kTanh, tp));
     });
   f.layers.emplace_back([=](Built) {
     return torch::nn::AnyModule(torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd})));
@@ -191,7 +213,7 @@ Layerwise gptLayers(const config::ModelConfig& cfg, const std::vector<int64_t>& 
   f.layers.emplace_back([=](Built built) {
     return torch::nn::AnyModule(
         LmHead(cfg.n_embd, vocab,
-               cfg.tie_weights ? Embedding(built->ptr<EmbeddingImpl>(0)) : Embedding(nullptr)));
+               cfg.tie_weights ? Embedding(built->ptr<EmbeddingImpl>(0)) : Embedding(nullptr), tp));
   });
 
   // GPT-2's initialisation: N(0, 0.02) for matrices and embeddings, zero biases, and the residual
@@ -213,6 +235,10 @@ Layerwise gptLayers(const config::ModelConfig& cfg, const std::vector<int64_t>& 
       else
         p.normal_(0.0, 0.02);
     }
+  };
+  // GPT-2's c_attn holds q, k and v one after another: tensor parallelism splits each.
+  f.fused_parts = [](const std::string& name) {
+    return name.find("attn.c_attn.") != std::string::npos ? 3 : 1;
   };
   return f;
 }

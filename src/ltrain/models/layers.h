@@ -2,6 +2,7 @@
 #pragma once
 #include <torch/nn/modules/container/sequential.h>
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -18,9 +19,13 @@ int64_t appendDense(torch::nn::Sequential& seq, int64_t in, const std::vector<in
                     const config::ModelConfig& cfg);
 torch::nn::Sequential buildMlp(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
 torch::nn::Sequential buildCnn(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
-Layerwise gptLayers(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
+struct TensorParallelism;
+// With `tp`, the layers as one rank of a tensor-parallel group holds them (tensor_parallel.h).
+Layerwise gptLayers(const config::ModelConfig&, const std::vector<int64_t>&, int64_t,
+                    std::shared_ptr<TensorParallelism> tp = nullptr);
 torch::nn::Sequential buildResnet(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
 // Named as transformers' LlamaForCausalLM (see llama.cpp): its wrap registers those names.
-Layerwise llamaLayers(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
+Layerwise llamaLayers(const config::ModelConfig&, const std::vector<int64_t>&, int64_t,
+                      std::shared_ptr<TensorParallelism> tp = nullptr);
 
 }  // namespace ltrain::models

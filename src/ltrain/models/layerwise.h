@@ -10,6 +10,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ltrain/models/model.h"
@@ -24,6 +25,9 @@ struct Layerwise {
   std::function<void(size_t, torch::nn::Module&)> init;
   // The model around the layers (llama registers them under transformers' names); empty: plain.
   std::function<Classifier(torch::nn::Sequential)> wrap;
+  // Tensor parallelism: into how many equal runs a split parameter (by its name in its layer)
+  // falls, each split on its own (GPT-2's fused q, k, v: 3). Empty: 1.
+  std::function<int64_t(const std::string&)> fused_parts;
 };
 
 // Every constructor, then every layer's initialisation.

@@ -19,6 +19,7 @@
 #include "ltrain/models/decoding.h"
 #include "ltrain/models/layers.h"
 #include "ltrain/models/model.h"
+#include "ltrain/models/tensor_parallel.h"
 
 namespace ltrain::models {
 namespace {
@@ -27,6 +28,14 @@ namespace F = torch::nn::functional;
 
 torch::nn::Linear linear(int64_t in, int64_t out) {
   return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+}
+
+// With `tp` (dist.tensor_parallel, models/tensor_parallel.h) each module holds this rank's part:
+// 1/tp of the vocabulary, of the query and key-value heads, and of the MLP's width.
+using Tp = std::shared_ptr<TensorParallelism>;
+
+int64_t tpSize(const Tp& tp) {
+  return tp ? tp->size : 1;
 }
 
 // cos and sin of every position's rotation, [positions, head_size], built once per device and
@@ -84,28 +93,35 @@ struct RmsNormImpl : torch::nn::Module {
 TORCH_MODULE(RmsNorm);
 
 struct TokenEmbeddingImpl : torch::nn::Module {
-  TokenEmbeddingImpl(int64_t vocab, int64_t n_embd, int64_t block_size) : block_size(block_size) {
-    weight = register_parameter("weight", torch::empty({vocab, n_embd}));
+  TokenEmbeddingImpl(int64_t vocab, int64_t n_embd, int64_t block_size, Tp tp)
+      : block_size(block_size), tp(std::move(tp)) {
+    weight = register_parameter("weight", torch::empty({vocab / tpSize(this->tp), n_embd}));
   }
-  torch::Tensor forward(const torch::Tensor& idx) { return F::embedding(idx, weight); }
+  torch::Tensor forward(const torch::Tensor& idx) {
+    return tp ? vocabParallelEmbedding(idx, weight, *tp) : F::embedding(idx, weight);
+  }
   int64_t block_size;
+  Tp tp;
   torch::Tensor weight;
 };
 TORCH_MODULE(TokenEmbedding);
 
 struct AttentionImpl : torch::nn::Module {
-  AttentionImpl(const config::ModelConfig& c, std::shared_ptr<RotaryTables> rotary)
-      : n_head(c.n_head),
-        n_kv_head(c.n_kv_head > 0 ? c.n_kv_head : c.n_head),
+  // Column-parallel q, k, v (this rank's heads), row-parallel o_proj.
+  AttentionImpl(const config::ModelConfig& c, std::shared_ptr<RotaryTables> rotary, Tp tp)
+      : n_head(c.n_head / tpSize(tp)),
+        n_kv_head((c.n_kv_head > 0 ? c.n_kv_head : c.n_head) / tpSize(tp)),
         head_size(c.n_embd / c.n_head),
         dropout(c.dropout),
-        rotary(std::move(rotary)) {
+        rotary(std::move(rotary)),
+        tp(std::move(tp)) {
     q_proj = register_module("q_proj", linear(c.n_embd, n_head * head_size));
     k_proj = register_module("k_proj", linear(c.n_embd, n_kv_head * head_size));
     v_proj = register_module("v_proj", linear(c.n_embd, n_kv_head * head_size));
     o_proj = register_module("o_proj", linear(n_head * head_size, c.n_embd));
   }
-  torch::Tensor forward(const torch::Tensor& x, int64_t pos, KvCache* cache) {
+  torch::Tensor forward(const torch::Tensor& input, int64_t pos, KvCache* cache) {
+    const auto x = tp ? copyToTensorParallel(input, *tp) : input;
     const int64_t b = x.size(0), t = x.size(1);
     auto heads = [&](const torch::Tensor& y, int64_t n) {
       return y.view({b, t, n, head_size}).transpose(1, 2);  // [B, n, T, hs]
@@ -120,32 +136,39 @@ struct AttentionImpl : torch::nn::Module {
       cache->k = k, cache->v = v;
     }
     auto y = cachedAttention(q, k, v, is_training() ? dropout : 0.0, n_kv_head != n_head);
-    return o_proj(y.transpose(1, 2).contiguous().view({b, t, n_head * head_size}));
+    auto out = o_proj(y.transpose(1, 2).contiguous().view({b, t, n_head * head_size}));
+    return tp ? reduceFromTensorParallel(out, *tp) : out;
   }
-  int64_t n_head, n_kv_head, head_size;
+  int64_t n_head, n_kv_head, head_size;  // this rank's heads
   double dropout;
   std::shared_ptr<RotaryTables> rotary;
+  Tp tp;
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
 };
 TORCH_MODULE(Attention);
 
+// Column-parallel gate and up, row-parallel down.
 struct SwiGluImpl : torch::nn::Module {
-  SwiGluImpl(int64_t n_embd, int64_t hidden) {
+  SwiGluImpl(int64_t n_embd, int64_t hidden, Tp tp) : tp(std::move(tp)) {
+    hidden /= tpSize(this->tp);
     gate_proj = register_module("gate_proj", linear(n_embd, hidden));
     up_proj = register_module("up_proj", linear(n_embd, hidden));
     down_proj = register_module("down_proj", linear(hidden, n_embd));
   }
-  torch::Tensor forward(const torch::Tensor& x) {
-    return down_proj(F::silu(gate_proj(x)) * up_proj(x));
+  torch::Tensor forward(const torch::Tensor& input) {
+    if (!tp) return down_proj(F::silu(gate_proj(input)) * up_proj(input));
+    const auto x = copyToTensorParallel(input, *tp);
+    return reduceFromTensorParallel(down_proj(F::silu(gate_proj(x)) * up_proj(x)), *tp);
   }
+  Tp tp;
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(SwiGlu);
 
 struct DecoderLayerImpl : torch::nn::Module, CachedLayer, RepeatedBlock {
-  DecoderLayerImpl(const config::ModelConfig& c, std::shared_ptr<RotaryTables> rotary) {
-    self_attn = register_module("self_attn", Attention(c, std::move(rotary)));
-    mlp = register_module("mlp", SwiGlu(c.n_embd, c.intermediate_size));
+  DecoderLayerImpl(const config::ModelConfig& c, std::shared_ptr<RotaryTables> rotary, Tp tp) {
+    self_attn = register_module("self_attn", Attention(c, std::move(rotary), tp));
+    mlp = register_module("mlp", SwiGlu(c.n_embd, c.intermediate_size, tp));
     input_layernorm = register_module("input_layernorm", RmsNorm(c.n_embd, c.norm_eps));
     post_attention_layernorm =
         register_module("post_attention_layernorm", RmsNorm(c.n_embd, c.norm_eps));
@@ -167,11 +190,14 @@ TORCH_MODULE(DecoderLayer);
 // The output projection: its own matrix, or the token embedding's (tie_weights), which it then
 // does not register, as transformers saves a tied lm_head once, under model.embed_tokens.weight.
 struct HeadImpl : torch::nn::Module, UsesSharedParameters {
-  HeadImpl(int64_t n_embd, int64_t vocab, TokenEmbedding tied) : tied(std::move(tied)) {
-    if (!this->tied) weight = register_parameter("weight", torch::empty({vocab, n_embd}));
+  HeadImpl(int64_t n_embd, int64_t vocab, TokenEmbedding tied, Tp tp)
+      : tied(std::move(tied)), tp(std::move(tp)) {
+    if (!this->tied)
+      weight = register_parameter("weight", torch::empty({vocab / tpSize(this->tp), n_embd}));
   }
   torch::Tensor forward(const torch::Tensor& x) {
     const auto& w = tied ? tied->weight : weight;
+    if (tp) return vocabParallelLogits(x, w, *tp);
     return F::linear(x, w.device() == x.device() ? w : w.to(x.device()));
   }
   std::vector<torch::Tensor> sharedParameters() const override {
@@ -179,6 +205,7 @@ struct HeadImpl : torch::nn::Module, UsesSharedParameters {
     return {tied->weight};
   }
   TokenEmbedding tied{nullptr};
+  Tp tp;
   torch::Tensor weight;
 };
 TORCH_MODULE(Head);
@@ -186,7 +213,7 @@ TORCH_MODULE(Head);
 }  // namespace
 
 Layerwise llamaLayers(const config::ModelConfig& cfg, const std::vector<int64_t>& shape,
-                      int64_t vocab) {
+                      int64_t vocab, std::shared_ptr<TensorParallelism> tp) {
   if (shape.size() != 1)
     throw UsageError(fmt::format(
         "model llama: expected token sequences (data.dataset: text or tokens), got inputs of {} "
@@ -200,17 +227,19 @@ Layerwise llamaLayers(const config::ModelConfig& cfg, const std::vector<int64_t>
   Layerwise f;
   using Built = const torch::nn::Sequential&;
   f.layers.emplace_back([=](Built) {
-    return torch::nn::AnyModule(TokenEmbedding(vocab, cfg.n_embd, cfg.block_size));
+    return torch::nn::AnyModule(TokenEmbedding(vocab, cfg.n_embd, cfg.block_size, tp));
   });
   for (int64_t i = 0; i < cfg.n_layer; ++i)
-    f.layers.emplace_back([=](Built) { return torch::nn::AnyModule(DecoderLayer(cfg, rotary)); });
+    f.layers.emplace_back(
+        [=](Built) { return torch::nn::AnyModule(DecoderLayer(cfg, rotary, tp)); });
   f.layers.emplace_back(
       [=](Built) { return torch::nn::AnyModule(RmsNorm(cfg.n_embd, cfg.norm_eps)); });
   f.layers.emplace_back([=](Built built) {
     return torch::nn::AnyModule(Head(cfg.n_embd, vocab,
                                      cfg.tie_weights
                                          ? TokenEmbedding(built->ptr<TokenEmbeddingImpl>(0))
-                                         : TokenEmbedding(nullptr)));
+                                         : TokenEmbedding(nullptr),
+                                     tp));
   });
   // transformers' LlamaPreTrainedModel: N(0, 0.02) for every matrix and the embedding; the norms
   // keep their ones.

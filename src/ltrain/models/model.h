@@ -16,6 +16,8 @@
 
 namespace ltrain::models {
 
+struct TensorParallelism;  // models/tensor_parallel.h
+
 // A PyTorch module saved with TorchScript, run as the model (models/torchscript.cpp).
 class ScriptedModel {
  public:
@@ -120,6 +122,9 @@ struct ClassifierImpl : torch::nn::Cloneable<ClassifierImpl> {
   // Set when the parameters were made without memory (build(.., deferred)): their values, a layer
   // at a time, for the plan that shards them.
   std::shared_ptr<DeferredValues> deferred;
+  // dist.tensor_parallel: this rank's part of each split parameter, and how to make, gather and
+  // slice them (models/tensor_parallel.h).
+  std::shared_ptr<TensorParallelism> tp;
 
  private:
   torch::Tensor pipelineForward(const torch::Tensor& x);

@@ -11,6 +11,7 @@
 #include "ltrain/common/errors.h"
 #include "ltrain/data/loader.h"
 #include "ltrain/io/safetensors.h"
+#include "ltrain/models/tensor_parallel.h"
 #include "ltrain/train/loss.h"
 #include "ltrain/train/precision.h"
 
@@ -28,8 +29,12 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
   torch::NoGradGuard no_grad;
   model->eval();
   const auto& rt = pg ? pg->runtime() : distributed::Runtime{};
-  const int64_t begin = ds.size() * rt.rank / rt.world_size;
-  const int64_t end = ds.size() * (rt.rank + 1) / rt.world_size;
+  // The ranks of a tensor-parallel group run one forward together: they take the same shard (and
+  // its sums count once per rank of the group, in the numerator and the count alike).
+  const int64_t group = model->tp ? model->tp->size : 1;
+  const int64_t shard = rt.rank / group, shards = rt.world_size / group;
+  const int64_t begin = ds.size() * shard / shards;
+  const int64_t end = ds.size() * (shard + 1) / shards;
   std::vector<int64_t> order(end - begin);
   std::iota(order.begin(), order.end(), begin);
   data::Loader loader(ds, std::move(order), batch_size, false, 0, 1);

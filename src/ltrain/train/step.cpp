@@ -6,6 +6,7 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "ltrain/models/tensor_parallel.h"
 #include "ltrain/train/loss.h"
 #include "ltrain/train/precision.h"
 
@@ -86,6 +87,12 @@ torch::Tensor TrainStep::forwardLoss(const data::Batch& b, int64_t step) {
   faults_.beforeForward(step, x);
   auto y = b.targets.to(devices_.main, /*non_blocking=*/true);
   AutocastScope autocast(cfg_.train.precision, devices_.main.type());
+  if (auto tp = model_->tp) {  // the head gives this rank's slice of the vocabulary's logits
+    tp->local_logits = true;
+    auto out = forward(model_, x, devices_).to(torch::kFloat);
+    tp->local_logits = false;
+    return models::vocabParallelCrossEntropy(out, y, *tp);
+  }
   return crossEntropy(forward(model_, x, devices_).to(torch::kFloat), y);
 }
 

@@ -33,6 +33,7 @@
 #include "ltrain/io/safetensors.h"
 #include "ltrain/models/hf_checkpoint.h"
 #include "ltrain/models/layer_graph.h"
+#include "ltrain/models/tensor_parallel.h"
 #include "ltrain/optim/optimizer.h"
 #include "ltrain/train/evaluate.h"
 #include "ltrain/train/faults.h"
@@ -71,6 +72,9 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
         "started; drop --nproc-per-node, or use dist.strategy ddp",
         rt_.world_size));
   preflight(lc);
+  checkTensorParallelRanks();
+  data_world_ = rt_.world_size / cfg_.dist.tensor_parallel;
+  data_rank_ = rt_.rank / cfg_.dist.tensor_parallel;
   devices_ = chooseDevices(cfg_, rt_);
   bindDevice(devices_.main);
   distributed::chooseBackend(cfg_.dist.backend, devices_.main);  // fails now if it cannot serve
@@ -87,21 +91,26 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   const bool deferred = distributed::shardsParameters(cfg_.dist, grouped);
   try {
     MemoryPhase phase("build");
-    model_ = models::build(cfg_.model, splits_.train.exampleShape(), splits_.train.num_classes,
-                           splits_.train.tokens, deferred);
+    const int64_t tp = cfg_.dist.tensor_parallel;
+    model_ = tp > 1 ? models::buildTensorParallel(cfg_.model, splits_.train.exampleShape(),
+                                                  splits_.train.num_classes, rt_.rank % tp, tp)
+                    : models::build(cfg_.model, splits_.train.exampleShape(),
+                                    splits_.train.num_classes, splits_.train.tokens, deferred);
   } catch (const models::LayerError& e) {
     throw UsageError(layerWhere(lc, e.line) + e.what());
   }
   if (!cfg_.model.init_from.empty()) {
     MemoryPhase phase("init_from");  // a deferred model only checks the files' headers here
-    models::loadInitialWeights(model_, cfg_.model);
+    // Under tensor parallelism the whole model's twin reads the file: each rank keeps its part.
+    auto into = model_->tp ? model_->tp->whole : model_;
+    models::loadInitialWeights(into, cfg_.model);
   }
   if (const int64_t every = config::activationCheckpointEvery(cfg_.train); every > 0)
     reporter_.info(
         fmt::format("activation checkpointing: {} recomputed run(s) of up to {} block(s)",
                     model_->useActivationCheckpointing(every), every));
   sampler_ = std::make_unique<data::DistributedSampler>(
-      splits_.train.size(), rt_.world_size, rt_.rank, cfg_.data.shuffle, cfg_.seed, false);
+      splits_.train.size(), data_world_, data_rank_, cfg_.data.shuffle, cfg_.seed, false);
   batches_per_epoch_ =
       data::batchesPerEpoch(sampler_->numSamples(), cfg_.data.batch_size, cfg_.data.drop_last);
   if (batches_per_epoch_ == 0)
@@ -110,7 +119,8 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
                     "training examples per process",
                     cfg_.data.batch_size, sampler_->numSamples()));
   flops_per_token_ =
-      flopsPerToken(cfg_.model, models::parameterCount(*model_), splits_.train.num_classes);
+      flopsPerToken(cfg_.model, models::parameterCount(model_->tp ? *model_->tp->whole : *model_),
+                    splits_.train.num_classes);
   // The peak of all the devices the job trains on: each rank's, times its pipeline stages.
   peak_flops_ =
       peakFlops(cfg_.train, devices_.main.is_cuda() ? "cuda" : "cpu", devices_.main.index()) *
@@ -141,6 +151,19 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   scaler_.to(devices_.main);
   StopSignal::checkpoint("while resuming");
   reporter_.open(resumed ? state_.step : 0, resumed);
+}
+
+// dist.tensor_parallel's groups are consecutive ranks on one host: the world and each host's ranks
+// must be whole groups.
+void Trainer::checkTensorParallelRanks() const {
+  const int64_t n = cfg_.dist.tensor_parallel;
+  if (n == 1) return;
+  if (rt_.world_size % n != 0 || rt_.local_world_size % n != 0)
+    throw UsageError(fmt::format(
+        "dist.tensor_parallel {} needs whole groups of {} ranks on each host, but {} process(es) "
+        "were started, {} on this host; start a multiple of {} per host (ltrain launch "
+        "--nproc-per-node {})",
+        n, n, rt_.world_size, rt_.local_world_size, n, n));
 }
 
 // train.threads when set; under srun or mpirun with no OMP_NUM_THREADS, Slurm's CPUs per task or
@@ -176,7 +199,7 @@ void Trainer::attachRankLog() {
 // resumes with the rest of its epoch dealt out over this world size (no example skipped or seen
 // twice), and the run's length in steps, the schedule's, recomputed for it.
 void Trainer::adoptWorldSize() {
-  const int64_t b = cfg_.data.batch_size, w = rt_.world_size;
+  const int64_t b = cfg_.data.batch_size, w = data_world_;
   if (state_.epoch_examples < 0)  // not recorded (an older checkpoint): a run of this size
     state_.epoch_examples = state_.batch_in_epoch * b * w;
   const int64_t written_by = state_.world_size > 0 ? state_.world_size : w;
@@ -275,7 +298,7 @@ void Trainer::runEpoch() {
       cfg_.data.num_workers, cfg_.data.prefetch, /*first_batch=*/0,
       /*pin_memory=*/devices_.main.is_cuda(),
       data::Augment{cfg_.data.augment == config::Augment::kCropFlip, cfg_.data.augment_pad,
-                    data::augmentSeed(static_cast<uint64_t>(cfg_.seed), rt_.rank, state_.epoch)},
+                    data::augmentSeed(static_cast<uint64_t>(cfg_.seed), data_rank_, state_.epoch)},
       /*epoch_batch_offset=*/state_.batch_in_epoch);
   if (state_.batch_in_epoch == 0) tally_->startEpoch();
   model_->train();
@@ -297,7 +320,7 @@ void Trainer::runEpoch() {
       first.reset();
       if (r.found_inf.defined()) window_positions_[at.step + 1] = at;
       state_.batch_in_epoch += k;
-      state_.epoch_examples += r.samples * rt_.world_size;
+      state_.epoch_examples += r.samples * data_world_;
       faults_.traceStep(r.samples);
       afterStep(r, w);
     }
@@ -316,8 +339,8 @@ void Trainer::runEpoch() {
 void Trainer::afterStep(const StepResult& r, Window& w) {
   ++state_.step;
   if (first_step_wall_time_ == 0) first_step_wall_time_ = wallTime();
-  state_.samples += r.samples * rt_.world_size;
-  ++w.steps, w.samples += r.samples * rt_.world_size;
+  state_.samples += r.samples * data_world_;
+  ++w.steps, w.samples += r.samples * data_world_;
   w.data_wait_s += r.data_wait_s;
   const auto last = plan_->lastStep();
   w.collectives += last.collectives, w.comm_wait_s += last.wait_s;

@@ -50,6 +50,7 @@ class Trainer {
   // plan, the optimizer state into it. True when the run resumed.
   bool resumeAndSpread(const distributed::ParallelPlan::MakeOptimizer& make_optimizer);
   void adoptWorldSize();
+  void checkTensorParallelRanks() const;
   void applyThreads();
   void attachRankLog();
   void announce();
@@ -79,6 +80,9 @@ class Trainer {
   data::Splits splits_;
   models::Classifier model_{nullptr};
   std::unique_ptr<data::DistributedSampler> sampler_;
+  // How the data is dealt: over the data-parallel replicas (dist.tensor_parallel's groups each
+  // take one share, every rank of a group the same batches).
+  int64_t data_world_ = 1, data_rank_ = 0;
   int64_t batches_per_epoch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
   double flops_per_token_ = 0, peak_flops_ = 0;  // MFU's terms; 0: not reported
   int64_t epoch_batches_ = 0;  // this rank's batches in the current epoch (a resumed one: its

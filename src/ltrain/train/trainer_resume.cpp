@@ -11,6 +11,7 @@
 #include "ltrain/checkpoint/sharded_checkpoint.h"
 #include "ltrain/common/memory_phase.h"
 #include "ltrain/models/layerwise.h"
+#include "ltrain/models/tensor_parallel.h"
 #include "ltrain/train/devices.h"
 #include "ltrain/train/startup.h"
 #include "ltrain/train/trainer_parts.h"
@@ -22,11 +23,13 @@ bool Trainer::resumeAndSpread(const distributed::ParallelPlan::MakeOptimizer& ma
   // A model built deferred resumes from a sharded checkpoint by ranges (each rank reads its own
   // slices when the plan makes them). A whole .pt (another strategy's) is read by rank 0 alone,
   // into a model of its own, and written as a sharded checkpoint of one rank that every rank then
-  // reads its ranges of: no other rank holds the whole model.
+  // reads its ranges of: no other rank holds the whole model. Under tensor parallelism the same,
+  // into the whole model's twin (models/tensor_parallel.h), of which each rank keeps its part.
   std::shared_ptr<const checkpoint::ShardedCheckpointReader> shards;
   std::string converted;  // that copy, removed once every rank has read it
   auto load = [&](const std::string& path) {
-    if (!model_->deferred) return checkpoint::loadCheckpoint(path, *model_, *whole, parts());
+    if (!model_->deferred && !model_->tp)
+      return checkpoint::loadCheckpoint(path, *model_, *whole, parts());
     std::string from = path;
     if (!checkpoint::isShardedCheckpoint(path)) {
       from = run_.path + "/checkpoints/.resume-from-whole.shards";
@@ -43,7 +46,8 @@ bool Trainer::resumeAndSpread(const distributed::ParallelPlan::MakeOptimizer& ma
       }
       converted = from;
     }
-    shards = checkpoint::resumeDeferred(from, model_, *whole, parts());
+    auto into = model_->tp ? model_->tp->whole : model_;
+    shards = checkpoint::resumeDeferred(from, into, *whole, parts());
   };
   bool resumed = false;
   {

@@ -1,0 +1,240 @@
+#include "ltrain/models/tensor_parallel.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <stdexcept>
+
+#include "ltrain/common/errors.h"
+#include "ltrain/common/tensor_storage.h"
+#include "ltrain/models/layers.h"
+#include "ltrain/models/layerwise.h"
+
+namespace ltrain::models {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The group travels through autograd's saved data as an address: the model owns it and outlives
+// every graph it builds.
+int64_t address(TensorParallelism& tp) {
+  return reinterpret_cast<int64_t>(&tp);
+}
+TensorParallelism& from(AutogradContext* ctx) {
+  return *reinterpret_cast<TensorParallelism*>(ctx->saved_data["tp"].toInt());
+}
+TensorParallelGroup& groupOf(TensorParallelism& tp) {
+  if (!tp.group) throw std::logic_error("tensor parallel: the group is not connected yet");
+  return *tp.group;
+}
+
+struct CopyToGroup : torch::autograd::Function<CopyToGroup> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp) {
+    ctx->saved_data["tp"] = tp;
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto g = grads[0].contiguous().clone();
+    groupOf(from(ctx)).allreduceSum(g);
+    return {g, torch::Tensor()};
+  }
+};
+
+struct ReduceFromGroup : torch::autograd::Function<ReduceFromGroup> {
+  static torch::Tensor forward(AutogradContext*, const torch::Tensor& x, int64_t tp) {
+    auto y = x.contiguous().clone();
+    groupOf(*reinterpret_cast<TensorParallelism*>(tp)).allreduceSum(y);
+    return y;
+  }
+  static variable_list backward(AutogradContext*, variable_list grads) {
+    return {grads[0], torch::Tensor()};
+  }
+};
+
+struct GatherLastDim : torch::autograd::Function<GatherLastDim> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp) {
+    ctx->saved_data["tp"] = tp;
+    auto all = groupOf(*reinterpret_cast<TensorParallelism*>(tp)).allgather(x.contiguous());
+    return torch::cat(all.unbind(0), -1);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto& tp = from(ctx);
+    const int64_t n = grads[0].size(-1) / tp.size;
+    return {grads[0].narrow(-1, tp.rank * n, n).contiguous(), torch::Tensor()};
+  }
+};
+
+// Per token: log(sum over the whole vocabulary of exp(logit - max)) - (target's logit - max), each
+// sum taken over the group; backward is softmax - onehot on this rank's slice, no communication
+// (the head's input gradient is summed by its copyToTensorParallel).
+struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits,
+                               const torch::Tensor& targets, int64_t tp_address) {
+    auto& tp = *reinterpret_cast<TensorParallelism*>(tp_address);
+    auto& group = groupOf(tp);
+    const int64_t n = logits.size(-1), first = tp.rank * n;
+    auto max = std::get<0>(group.allgather(std::get<0>(logits.max(-1)).contiguous()).max(0));
+    auto z = logits - max.unsqueeze(-1);
+    auto exp = z.exp();
+    auto sum = exp.sum(-1);
+    group.allreduceSum(sum);
+    const auto outside = targets.lt(first).logical_or(targets.ge(first + n));
+    const auto local = (targets - first).masked_fill(outside, 0);
+    auto target_z = z.gather(-1, local.unsqueeze(-1)).squeeze(-1).masked_fill(outside, 0.0);
+    group.allreduceSum(target_z);
+    exp.div_(sum.unsqueeze(-1));  // this slice of the softmax
+    ctx->save_for_backward({exp, local, outside});
+    return sum.log() - target_z;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    auto g = saved[0].clone();
+    const auto hit = saved[2].logical_not().to(g.scalar_type()).unsqueeze(-1);
+    g.scatter_add_(-1, saved[1].unsqueeze(-1), -hit);
+    g.mul_(grads[0].unsqueeze(-1));
+    return {g, torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor copyToTensorParallel(const torch::Tensor& x, TensorParallelism& tp) {
+  return CopyToGroup::apply(x, address(tp));
+}
+
+torch::Tensor reduceFromTensorParallel(const torch::Tensor& x, TensorParallelism& tp) {
+  return ReduceFromGroup::apply(x, address(tp));
+}
+
+torch::Tensor gatherLastDim(const torch::Tensor& x, TensorParallelism& tp) {
+  return GatherLastDim::apply(x, address(tp));
+}
+
+torch::Tensor vocabParallelEmbedding(const torch::Tensor& ids, const torch::Tensor& weight,
+                                     TensorParallelism& tp) {
+  const int64_t n = weight.size(0), first = tp.rank * n;
+  const auto outside = ids.lt(first).logical_or(ids.ge(first + n));
+  auto e = torch::nn::functional::embedding((ids - first).masked_fill(outside, 0), weight)
+               .masked_fill(outside.unsqueeze(-1), 0.0);
+  return reduceFromTensorParallel(e, tp);
+}
+
+torch::Tensor vocabParallelLogits(const torch::Tensor& x, const torch::Tensor& weight,
+                                  TensorParallelism& tp) {
+  auto logits = torch::nn::functional::linear(copyToTensorParallel(x, tp), weight);
+  return tp.local_logits ? logits : gatherLastDim(logits, tp);
+}
+
+torch::Tensor vocabParallelCrossEntropy(const torch::Tensor& local_logits,
+                                        const torch::Tensor& targets, TensorParallelism& tp) {
+  const auto t = targets.to(local_logits.device());
+  return VocabParallelCrossEntropy::apply(local_logits.flatten(0, -2), t.flatten(), address(tp))
+      .mean();
+}
+
+const TensorSplit& TensorParallelism::split(const std::string& name) const {
+  auto it = splits.find(name);
+  if (it == splits.end()) throw std::logic_error("tensor parallel: no parameter '" + name + "'");
+  return it->second;
+}
+
+torch::Tensor TensorParallelism::slice(const std::string& name,
+                                       const torch::Tensor& whole_value) const {
+  const auto& s = split(name);
+  if (s.dim < 0) return whole_value;
+  const int64_t part = whole_value.size(s.dim) / s.parts, mine = part / size;
+  std::vector<torch::Tensor> pieces;
+  for (int64_t j = 0; j < s.parts; ++j)
+    pieces.push_back(whole_value.narrow(s.dim, j * part + rank * mine, mine));
+  return torch::cat(pieces, s.dim);
+}
+
+torch::Tensor TensorParallelism::gather(const std::string& name, const torch::Tensor& local) const {
+  const auto& s = split(name);
+  if (s.dim < 0) return local;
+  auto all = groupOf(const_cast<TensorParallelism&>(*this)).allgather(local.contiguous());
+  const int64_t run = local.size(s.dim) / s.parts;
+  std::vector<torch::Tensor> pieces;
+  for (int64_t j = 0; j < s.parts; ++j)
+    for (int64_t r = 0; r < size; ++r) pieces.push_back(all[r].narrow(s.dim, j * run, run));
+  return torch::cat(pieces, s.dim);
+}
+
+void TensorParallelism::fill(Classifier& local) const {
+  torch::NoGradGuard no_grad;
+  const WantedElements all = [](const torch::Tensor& p) {
+    return std::pair<int64_t, int64_t>{0, p.numel()};
+  };
+  for (size_t i = 0; i < whole->layers->size(); ++i) {
+    auto& layer = *whole->layers->ptr(i);
+    auto params = layer.named_parameters();
+    if (params.is_empty()) continue;  // a tied head: its weight is the embedding's
+    for (auto& p : params) p.value().set_data(torch::empty(p.value().sizes(), p.value().options()));
+    whole->deferred->fill(i, layer, all);
+    auto mine = local->layers->ptr(i)->named_parameters();
+    for (auto& p : params) mine[p.key()].copy_(slice(whole->layerPrefix(i) + p.key(), p.value()));
+    for (auto& p : params) freeStorage(p.value());
+  }
+}
+
+Classifier buildTensorParallel(const config::ModelConfig& cfg,
+                               const std::vector<int64_t>& input_shape, int64_t num_classes,
+                               int64_t rank, int64_t size) {
+  if (cfg.name != "gpt" && cfg.name != "llama")
+    throw UsageError(fmt::format("dist.tensor_parallel {} splits gpt and llama, not model.name {}",
+                                 size, cfg.name));
+  auto divides = [&](const std::string& what, int64_t n) {
+    if (n % size != 0)
+      throw UsageError(fmt::format("dist.tensor_parallel {} must divide {} ({})", size, what, n));
+  };
+  divides("model.n_head", cfg.n_head);
+  if (cfg.name == "llama") {
+    divides("model.n_kv_head", cfg.n_kv_head > 0 ? cfg.n_kv_head : cfg.n_head);
+    divides("model.intermediate_size", cfg.intermediate_size);
+  }
+  divides("the vocabulary size", num_classes);
+  if (cfg.name == "gpt" && input_shape.size() != 1)
+    throw UsageError(fmt::format(
+        "model gpt: expected token sequences (data.dataset: text), got inputs of {} dimensions",
+        input_shape.size()));
+
+  auto tp = std::make_shared<TensorParallelism>();
+  tp->rank = rank, tp->size = size;
+  const auto family = cfg.name == "gpt" ? gptLayers : llamaLayers;
+  Layerwise whole = family(cfg, input_shape, num_classes, nullptr);
+  Layerwise local = family(cfg, input_shape, num_classes, tp);
+  const auto parts = whole.fused_parts;
+  tp->whole = buildDeferred(std::move(whole));  // the generator ends where the whole build's does
+  // This rank's modules: their constructors' draws are put back, their values made by fill().
+  torch::nn::Sequential seq;
+  {
+    auto gen = at::detail::getDefaultCPUGenerator();
+    const auto state = gen.get_state();
+    for (const auto& make : local.layers) seq->push_back(make(seq));
+    gen.set_state(state);
+  }
+  Classifier model = local.wrap ? local.wrap(seq) : Classifier(seq);
+  for (size_t i = 0; i < seq->size(); ++i) {
+    const auto mine = seq->ptr(i)->named_parameters();
+    for (const auto& p : tp->whole->layers->ptr(i)->named_parameters()) {
+      const auto& want = p.value().sizes();
+      const auto& have = mine[p.key()].sizes();
+      TensorSplit s;
+      s.whole_shape = want.vec();
+      for (int64_t d = 0; d < static_cast<int64_t>(want.size()); ++d)
+        if (want[d] != have[d]) {
+          if (have[d] * size != want[d])
+            throw std::logic_error("tensor parallel: '" + p.key() + "' is not split by the group");
+          s.dim = d;
+          s.parts = parts ? parts(p.key()) : 1;
+        }
+      tp->splits[tp->whole->layerPrefix(i) + p.key()] = s;
+    }
+  }
+  model->tp = tp;
+  return model;
+}
+
+}  // namespace ltrain::models

@@ -1,0 +1,94 @@
+// dist.tensor_parallel: Megatron-LM's tensor parallelism for gpt and llama. Each rank of a
+// tensor-parallel group holds 1/tp of every attention and MLP matrix and of the vocabulary:
+//   column-parallel (split along the output): q/k/v (GPT-2's fused c_attn, llama's q_proj,
+//     k_proj, v_proj: whole heads), the MLP's up projections (c_fc; gate_proj, up_proj), the
+//     token embedding and the head (rows of the vocabulary);
+//   row-parallel (split along the input): the attention's output and the MLP's down projection
+//     (c_proj; o_proj, down_proj), whose partial products are summed by one all-reduce;
+//   replicated: norms, biases added after that all-reduce, GPT-2's position embedding.
+// A block then costs one all-reduce in forward after attention and one after the MLP, and one
+// each in backward where their inputs' gradients meet (Megatron's f and g). The loss is the
+// vocabulary-parallel cross-entropy: no rank makes the whole [tokens, vocab] logits in training.
+//
+// Values: the model also keeps a "whole" twin built deferred (models/layerwise.h: the full shapes,
+// no memory), whose DeferredValues are the random initialisation, model.init_from's file or a
+// checkpoint. fill() makes each whole layer in turn, keeps this rank's part and lets it go: the
+// rank's values are the one-process model's, sliced, and it never holds more than one whole layer.
+#pragma once
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ltrain/models/model.h"
+
+namespace ltrain::models {
+
+// The collectives over one tensor-parallel group, supplied by the parallel plan once the group
+// exists (models does not depend on distributed).
+class TensorParallelGroup {
+ public:
+  virtual ~TensorParallelGroup() = default;
+  virtual void allreduceSum(torch::Tensor& t) = 0;  // in place
+  // Every rank's `t` (all the same shape), stacked in rank order: [size, ...].
+  virtual torch::Tensor allgather(const torch::Tensor& t) = 0;
+};
+
+// How a parameter is split: along `dim`, into `parts` equal runs (GPT-2's c_attn holds q, k and v
+// one after another: each is split), of which this rank holds the `rank`-th 1/size of each. dim
+// -1: replicated.
+struct TensorSplit {
+  int64_t dim = -1;
+  int64_t parts = 1;
+  std::vector<int64_t> whole_shape;
+};
+
+struct TensorParallelism {
+  int64_t rank = 0, size = 1;
+  std::shared_ptr<TensorParallelGroup> group;  // set by the plan before the first forward
+  Classifier whole{nullptr};                   // full shapes, no memory; whole->deferred: values
+  std::map<std::string, TensorSplit> splits;   // by parameter name
+  // Set while the training step computes its loss: the head then gives this rank's vocabulary
+  // slice of the logits (vocabParallelCrossEntropy), else the gathered logits (evaluation).
+  bool local_logits = false;
+
+  const TensorSplit& split(const std::string& name) const;
+  // This rank's part of parameter `name`'s whole value, and the whole value from every rank's
+  // part (collective over the group).
+  torch::Tensor slice(const std::string& name, const torch::Tensor& whole_value) const;
+  torch::Tensor gather(const std::string& name, const torch::Tensor& local) const;
+  // Writes every parameter of `local` (this rank's model) from whole->deferred, a whole layer at a
+  // time.
+  void fill(Classifier& local) const;
+};
+
+// Megatron's f: identity forward, gradient summed over the group in backward (a column-parallel
+// layer's input). g: summed over the group in forward, identity backward (a row-parallel layer's
+// output).
+torch::Tensor copyToTensorParallel(const torch::Tensor& x, TensorParallelism& tp);
+torch::Tensor reduceFromTensorParallel(const torch::Tensor& x, TensorParallelism& tp);
+// The last dimension's parts of every rank concatenated; backward keeps this rank's part.
+torch::Tensor gatherLastDim(const torch::Tensor& x, TensorParallelism& tp);
+// An embedding whose rows [rank * V/size, ...) are `weight`: out-of-range ids give zeros, and the
+// sum over the group is the whole table's lookup.
+torch::Tensor vocabParallelEmbedding(const torch::Tensor& ids, const torch::Tensor& weight,
+                                     TensorParallelism& tp);
+// The head's logits: this rank's vocabulary slice while tp.local_logits, else all of them.
+torch::Tensor vocabParallelLogits(const torch::Tensor& x, const torch::Tensor& weight,
+                                  TensorParallelism& tp);
+// Mean cross-entropy of logits split over the vocabulary ([B, T, V/size] here) against whole
+// token ids [B, T]: max, sum of exponentials and the target's logit each summed over the group.
+torch::Tensor vocabParallelCrossEntropy(const torch::Tensor& local_logits,
+                                        const torch::Tensor& targets, TensorParallelism& tp);
+
+// gpt or llama as rank `rank` of a tensor-parallel group of `size` holds it (values not yet made:
+// tp->fill). UsageError when n_head, n_kv_head, the MLP's width or the vocabulary does not divide
+// by `size`, or the model is another family.
+Classifier buildTensorParallel(const config::ModelConfig& cfg,
+                               const std::vector<int64_t>& input_shape, int64_t num_classes,
+                               int64_t rank, int64_t size);
+
+}  // namespace ltrain::models
