@@ -228,10 +228,11 @@ void Trainer::announce() {
   const auto& train = splits_.train;
   const std::string sync = plan_->summary().description;
   reporter_.info(fmt::format(
-      "{}: {} with {} parameters, {} training / {} {} {}, {} steps, {} process(es) of {} "
+      "{}: {} with {} parameters{}, {} training / {} {} {}, {} steps, {} process(es) of {} "
       "thread(s){}",
-      cfg_.name, cfg_.model.name, models::parameterCount(*model_), train.size(),
-      splits_.test.size(), heldOutName(splits_.test),
+      cfg_.name, cfg_.model.name, models::parameterCount(model_->tp ? *model_->tp->whole : *model_),
+      model_->tp ? fmt::format(" ({} on each rank)", models::parameterCount(*model_)) : "",
+      train.size(), splits_.test.size(), heldOutName(splits_.test),
       train.tokens ? fmt::format("blocks of {} tokens (vocabulary {})", cfg_.model.block_size,
                                  train.num_classes)
                    : std::string("examples"),
