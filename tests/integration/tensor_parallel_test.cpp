@@ -1,6 +1,7 @@
 // dist.tensor_parallel on real processes over Gloo: a GPT and a llama trained with tp 2 (two
-// ranks) and dp 2 x tp 2 (four) reach the one-process run's losses and weights within 1e-5
-// (AdamW with decay, clipping, grad accumulation), each rank holding about half the parameters;
+// ranks) and dp 2 x tp 2 (four; DDP or ZeRO-3 across the replicas) reach the one-process run's
+// losses and weights within 1e-5 (AdamW with decay, clipping, grad accumulation), each rank
+// holding about half the parameters (and half of that under ZeRO-3);
 // their checkpoints resume on other splits (DDP, one process, another mesh) and a DDP checkpoint
 // resumes under tensor parallelism; generate, export --hf and init_from read and write what a
 // one-process run does; a vocabulary the group does not divide fails before training.
@@ -114,6 +115,15 @@ TEST_CASE("dist.tensor_parallel 2 and dp 2 x tp 2 train gpt and llama as one pro
         CHECK(part < 0.55 * whole);
         CHECK(part > 0.45 * whole);
         CHECK(summaryValue(mesh, "parameter_mb") == Approx(part));
+        // ZeRO-3 across the two replicas (torchtitan's FSDP + TP): the same training, and each
+        // rank keeps half of its part between steps (the optimizer state too).
+        const std::string fsdp = dir / (model + "-zero3-dp2tp2");
+        requireRan(
+            runLtrain(run(dir, fsdp, 4, model, with({"dist.tensor_parallel=2", "dist.zero=3"}))));
+        checkLosses(one8, fsdp, 1e-5);
+        CHECK(weightDiff(one8, fsdp) < 1e-5);
+        CHECK(summaryValue(fsdp, "optimizer_state_mb") ==
+              Approx(summaryValue(tp, "optimizer_state_mb") / 2).epsilon(0.02));
       }
     }
   }
@@ -142,7 +152,8 @@ TEST_CASE("a tensor-parallel checkpoint resumes on other splits; generate, expor
     };
     for (const auto& s : {Split{"ddp", 2, {}}, Split{"one", 1, {"data.batch_size=8"}},
                           Split{"tp2", 2, {"dist.tensor_parallel=2", "data.batch_size=8"}},
-                          Split{"mesh", 4, {"dist.tensor_parallel=2"}}}) {
+                          Split{"mesh", 4, {"dist.tensor_parallel=2"}},
+                          Split{"zero3-mesh", 4, {"dist.tensor_parallel=2", "dist.zero=3"}}}) {
       auto extra = s.extra;
       extra.push_back("train.resume=" + shards);
       const std::string out = dir / (std::string("resumed-") + s.name);
@@ -154,13 +165,25 @@ TEST_CASE("a tensor-parallel checkpoint resumes on other splits; generate, expor
     }
   }
 
-  SECTION("a DDP checkpoint resumes under tensor parallelism") {
+  SECTION("a DDP checkpoint resumes under tensor parallelism, a ZeRO-3 x TP one on one process") {
     requireRan(runLtrain(
         run(dir, dir / "ddp-half", 2, m, {"train.max_steps=10", "train.checkpoint_every=10"})));
-    const std::string out = dir / "from-ddp";
-    requireRan(runLtrain(run(dir, out, 4, m,
-                             {"dist.tensor_parallel=2",
-                              "train.resume=" + (dir / "ddp-half/checkpoints/step-00000010.pt")})));
+    for (const std::string zero : {"0", "3"}) {
+      const std::string out = dir / ("from-ddp-zero" + zero);
+      requireRan(
+          runLtrain(run(dir, out, 4, m,
+                        {"dist.tensor_parallel=2", "dist.zero=" + zero,
+                         "train.resume=" + (dir / "ddp-half/checkpoints/step-00000010.pt")})));
+      CHECK(weightDiff(ref, out) < 1e-5);
+    }
+    requireRan(runLtrain(run(dir, dir / "zero3-half", 4, m,
+                             {"dist.tensor_parallel=2", "dist.zero=3", "train.max_steps=10",
+                              "train.checkpoint_every=10"})));
+    const std::string out = dir / "from-zero3";
+    requireRan(
+        runLtrain(run(dir, out, 1, m,
+                      {"data.batch_size=8",
+                       "train.resume=" + (dir / "zero3-half/checkpoints/step-00000010.shards")})));
     CHECK(weightDiff(ref, out) < 1e-5);
   }
 
@@ -194,6 +217,13 @@ TEST_CASE("a tensor-parallel checkpoint resumes on other splits; generate, expor
         run(dir, dir / "init-tp", 2, m, {init, "train.max_steps=3", "dist.tensor_parallel=2"})));
     checkLosses(dir / "init-one", dir / "init-tp", 1e-5);
     CHECK(weightDiff(dir / "init-one", dir / "init-tp") < 1e-5);
+    // Under ZeRO-3 too, where each rank then keeps its slice of its part.
+    requireRan(runLtrain(
+        run(dir, dir / "init-one8", 1, m, {init, "train.max_steps=3", "data.batch_size=8"})));
+    requireRan(
+        runLtrain(run(dir, dir / "init-zero3", 4, m,
+                      {init, "train.max_steps=3", "dist.tensor_parallel=2", "dist.zero=3"})));
+    CHECK(weightDiff(dir / "init-one8", dir / "init-zero3") < 1e-5);
     // Three Adam steps of 0.001 from the file's values: no element moved further than 0.003.
     CHECK(ltrain::test::maxWeightDiff(dir / "hf-mesh/model.safetensors",
                                       dir / "init-tp/model.safetensors") < 0.0031);

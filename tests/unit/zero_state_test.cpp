@@ -30,8 +30,9 @@ TEST_CASE("ZeRO-1 state moves into the slices and back, parameters without state
   full->step();
   REQUIRE(full->state().size() == 2);
 
-  auto zero = ltrain::distributed::makeZeroPlan(
-      {net.ptr(), {}, make, comm.get(), dc, 0, {}, {}, {}, {}, {}});
+  ltrain::distributed::PlanSetup setup;
+  setup.model = net.ptr(), setup.make_optimizer = make, setup.pg = comm.get(), setup.dist = dc;
+  auto zero = ltrain::distributed::makeZeroPlan(setup);
   REQUIRE_NOTHROW(zero->state().loadWholeOptimizer(*full));
   CHECK(zero->summary().optimizer_state_bytes ==
         2 * 4 * (3 * 4 + 4 + 4 * 2 + 2));  // two moments, all

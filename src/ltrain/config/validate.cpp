@@ -237,13 +237,12 @@ void tensorParallel(const LoadedConfig& lc) {
     if (c.model.n_kv_head > 0) divides("model.n_kv_head", c.model.n_kv_head);
     divides("model.intermediate_size", c.model.intermediate_size);
   }
-  if (c.dist.zero >= 1)
-    no("dist.zero", fmt::format("does not combine with dist.zero {} yet: the data-parallel "
-                                "dimension runs DDP (leave dist.zero 0)",
+  if (c.dist.zero == 1 || c.dist.zero == 2)
+    no("dist.zero", fmt::format("does not combine with dist.zero {}: across the groups it runs "
+                                "DDP (dist.zero 0) or ZeRO-3 (dist.zero 3)",
                                 c.dist.zero));
-  if (c.dist.strategy != Strategy::kDdp)
-    no("dist.strategy", fmt::format("needs dist.strategy ddp (one process per device), not {}",
-                                    toString(c.dist.strategy)));
+  if (c.dist.strategy == Strategy::kDp)
+    no("dist.strategy", "needs one process per device (dist.strategy ddp or fsdp), not dp");
   if (c.model.placement == Placement::kPipeline)
     no("model.placement", "does not combine with model.placement pipeline");
   if (c.model.dropout > 0)

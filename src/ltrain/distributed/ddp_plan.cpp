@@ -21,7 +21,9 @@ class DdpPlan final : public ParallelPlan, private PlanState {
       : model_(std::move(s.model)),
         optimizer_(s.make_optimizer(model_->parameters(), {})),
         fill_extras_(std::move(s.fill_extras)),
-        extra_count_(s.extra_scalars) {
+        extra_count_(s.extra_scalars),
+        norm_group_(s.norm_group),
+        norm_weight_(std::move(s.norm_weight)) {
     if (!s.pg) return;
     backend_ = s.pg->backendName() + (s.pg->sharedMemory() ? " (shared memory)" : "");
     if (s.shares.empty()) s.shares.push_back({s.pg->device(), ReducedTensors::of(*model_)});
@@ -72,12 +74,11 @@ class DdpPlan final : public ParallelPlan, private PlanState {
     return unscaleAndFindInf(gradients(), unscale);
   }
 
-  double gradNorm() override { return std::sqrt(sumOfAllSquares(gradients()).item<double>()); }
+  double gradNorm() override { return std::sqrt(squaredNorm().item<double>()); }
 
   void step(const OptimizerStep& s) override {
     if (s.clip_grad_norm > 0) {
-      const auto grads = gradients();
-      clipToNorm(grads, sumOfAllSquares(grads).sqrt(), s.clip_grad_norm);
+      clipToNorm(gradients(), squaredNorm().sqrt(), s.clip_grad_norm);
     }
     optim::setLearningRate(*optimizer_, s.lr);
     optim::setFoundInf(*optimizer_, s.found_inf);
@@ -154,6 +155,23 @@ class DdpPlan final : public ParallelPlan, private PlanState {
     }
   }
 
+  // The whole model's squared gradient norm (PlanSetup::norm_group: summed over the parts).
+  torch::Tensor squaredNorm() const {
+    if (!norm_group_) return sumOfAllSquares(gradients());
+    torch::Tensor sum;
+    for (const auto& p : model_->parameters()) {
+      if (!p.grad().defined()) continue;
+      auto sq = sumOfSquares(p.grad()) * norm_weight_(p);
+      sum = sum.defined() ? sum + sq.to(sum.device()) : sq;
+    }
+    if (!sum.defined())
+      sum = torch::zeros(
+          {}, torch::TensorOptions().dtype(torch::kDouble).device(norm_group_->device()));
+    std::vector<at::Tensor> io{sum.reshape({1})};
+    norm_group_->wait(norm_group_->allreduce(io));
+    return io[0].reshape({});
+  }
+
   std::vector<torch::Tensor> gradients() const {
     std::vector<torch::Tensor> out;
     for (const auto& p : model_->parameters())
@@ -168,6 +186,8 @@ class DdpPlan final : public ParallelPlan, private PlanState {
   size_t extra_count_;
   torch::Tensor extras_;
   std::string backend_;
+  ProcessGroup* norm_group_;
+  std::function<double(const torch::Tensor&)> norm_weight_;
 };
 
 }  // namespace

@@ -178,6 +178,11 @@ struct PlanSetup {
   // values into its parameters, once they have memory. Only a strategy that shards the
   // parameters takes such a model.
   std::function<void(size_t layer, const models::WantedElements& wanted)> fill_layer;
+  // Tensor parallelism: this plan's ranks hold parts of a larger model, the rest on the ranks of
+  // `norm_group`. The gradients' squared norm is then also summed over that group, each
+  // parameter's squares weighted by norm_weight (1/size for one every rank of it holds whole).
+  ProcessGroup* norm_group = nullptr;
+  std::function<double(const torch::Tensor& param)> norm_weight;
 };
 
 // A way of spreading a model. The first strategy in strategies() that claims a setup makes its

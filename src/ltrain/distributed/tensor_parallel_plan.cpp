@@ -1,7 +1,8 @@
 // dist.tensor_parallel N: a 2-D mesh of world = dp x N ranks. Ranks [k N, (k + 1) N) form a
 // tensor-parallel group (one host: they talk in every layer's forward and backward); the ranks
 // holding the same part, one per group, form a data-parallel group, over which DDP (ddp_plan.cpp)
-// averages the gradients of this rank's part. Each rank's values are its part of the
+// averages the gradients of this rank's part, or ZeRO-3 (zero_plan.cpp, dist.zero 3) shards it
+// further (torchtitan's FSDP + TP). Each rank's values are its part of the
 // one-process model (models/tensor_parallel.h); the optimizer steps that part.
 // Clipping takes the norm over the whole model: the split parameters' squares summed over the
 // tensor-parallel group, the replicated ones (equal on every rank of it) counted once.
@@ -65,13 +66,23 @@ class TensorParallelPlan final : public ParallelPlan, private PlanState {
     if (dp_ranks.size() > 1) dp_pg_ = s.pg->subgroupOf(fmt::format("dp{}", rank % n), dp_ranks);
     dp_ = static_cast<int64_t>(dp_ranks.size());
     tp_->group = std::make_shared<GroupCollectives>(tp_pg_);
-    tp_->fill(model_);
+    // Built deferred (dist.zero 3 over two replicas or more), ZeRO-3 makes each layer's part as it
+    // shards it; else the parts are made here.
+    zero_ = model_->deferred != nullptr;
+    if (zero_ && !dp_pg_) throw std::logic_error("tensor parallel: ZeRO-3 needs two replicas");
+    if (!zero_) tp_->fill(model_);
     for (const auto& p : model_->named_parameters())
       if (tp_->split(p.key()).dim < 0) replicated_.insert(p.value().unsafeGetTensorImpl());
-    // DDP over the data-parallel group (none: one replica); the stop vote is reduced here.
+    // The data-parallel dimension: ZeRO-3 or DDP over the replicas (none: one replica). Clipping
+    // takes the whole model's norm: the split parameters' squares summed over the group, the
+    // replicated ones (equal on every rank of it) counted once. The stop vote is reduced here.
     s.pg = dp_pg_.get();
     s.extra_scalars = 0, s.fill_extras = nullptr;
-    inner_ = makeDdpPlan(std::move(s));
+    s.norm_group = tp_pg_.get();
+    s.norm_weight = [this, share = 1.0 / static_cast<double>(n)](const torch::Tensor& p) {
+      return replicated_.count(p.unsafeGetTensorImpl()) ? share : 1.0;
+    };
+    inner_ = zero_ ? makeZeroPlan(std::move(s)) : makeDdpPlan(std::move(s));
   }
 
   void prepare(const MicroStep& m) override { inner_->prepare(m); }
@@ -90,13 +101,8 @@ class TensorParallelPlan final : public ParallelPlan, private PlanState {
     return t.narrow(0, 0, 1).gt(0).to(found.scalar_type()).reshape(found.sizes());
   }
 
-  double gradNorm() override { return std::sqrt(normSquared().item<double>()); }
-
-  void step(const OptimizerStep& s) override {
-    if (s.clip_grad_norm > 0) clipToNorm(gradients(), normSquared().sqrt(), s.clip_grad_norm);
-    inner_->step({s.lr, 0.0, s.found_inf});
-  }
-
+  double gradNorm() override { return inner_->gradNorm(); }
+  void step(const OptimizerStep& s) override { inner_->step(s); }
   void zeroGradients() override { inner_->zeroGradients(); }
 
   StepReport lastStep() const override {
@@ -107,8 +113,10 @@ class TensorParallelPlan final : public ParallelPlan, private PlanState {
 
   PlanSummary summary() const override {
     auto r = inner_->summary();
-    r.description = fmt::format("tensor parallel {} x data parallel {}{}", tp_->size, dp_,
-                                r.description.empty() ? "" : " (DDP " + r.description + ")");
+    if (!r.description.empty())  // ZeRO's names ZeRO-3; DDP's only its buckets
+      r.description = fmt::format(" ({}{})", zero_ ? "" : "DDP ", r.description);
+    r.description =
+        fmt::format("tensor parallel {} x data parallel {}{}", tp_->size, dp_, r.description);
     return r;
   }
 
@@ -123,29 +131,68 @@ class TensorParallelPlan final : public ParallelPlan, private PlanState {
     throw std::logic_error("tensor parallel: checkpoints are read by ranges");
   }
 
+  // Collective: `fn(name, value, state)` for each of this rank's parameters, its part whole (under
+  // ZeRO-3 gathered over the replicas a unit at a time), with its optimizer state when
+  // `with_state` (state.tensors empty before the first step).
+  using LocalParam =
+      std::function<void(const std::string&, const torch::Tensor&, const ParamState&)>;
+  void forEachPart(bool with_state, const LocalParam& fn) {
+    torch::NoGradGuard no_grad;
+    const auto units = zero_ ? inner_->state().unitShards() : std::vector<UnitShard>{};
+    if (units.empty()) {  // DDP: the parameters and the optimizer state are here
+      inner_->state().saveWholeOptimizer([&](torch::optim::Optimizer& opt) {
+        optim::syncStepsToHost(opt);
+        for (const auto& p : model_->named_parameters()) {
+          ParamState st;
+          if (with_state) readParamState(opt, p.value(), st);
+          fn(p.key(), p.value().detach(), st);
+        }
+      });
+      return;
+    }
+    auto whole = [&](const torch::Tensor& slice, int64_t padded) {
+      auto in = slice.contiguous();
+      auto out = torch::empty({padded}, in.options());
+      dp_pg_->wait(dp_pg_->allgatherInto(out, in));
+      return out;
+    };
+    for (const auto& u : units) {
+      const auto values = whole(u.values, u.padded);
+      std::vector<torch::Tensor> states;
+      if (with_state)
+        for (const auto& st : u.state) states.push_back(whole(st.second, u.padded));
+      for (const auto& p : u.params) {
+        const int64_t numel = c10::multiply_integers(p.shape);
+        ParamState st;
+        st.step = u.optimizer_step;
+        for (size_t k = 0; k < states.size(); ++k)
+          st.tensors.emplace_back(u.state[k].first,
+                                  states[k].narrow(0, p.offset, numel).view(p.shape));
+        fn(p.name, values.narrow(0, p.offset, numel).view(p.shape), st);
+      }
+    }
+  }
+
   // One unit per parameter, under its whole name and shape; this rank's 1/world of it.
   std::vector<UnitShard> unitShards() override {
     std::vector<UnitShard> out;
-    inner_->state().saveWholeOptimizer([&](torch::optim::Optimizer& opt) {
-      optim::syncStepsToHost(opt);
-      for (const auto& p : model_->named_parameters()) {
-        UnitShard u;
-        const auto& shape = tp_->split(p.key()).whole_shape;
-        const int64_t numel = c10::multiply_integers(shape);
-        const int64_t world = world_pg_->runtime().world_size;
-        u.params.push_back({p.key(), shape, 0});
-        u.padded = (numel + world - 1) / world * world;
-        u.begin = world_pg_->runtime().rank * (u.padded / world);
-        u.values = mySlice(u, tp_->gather(p.key(), p.value().detach()));
-        ParamState st;
-        if (readParamState(opt, p.value(), st)) {
-          u.optimizer_step = st.step;
-          for (const auto& [name, t] : st.tensors)
-            u.state.emplace_back(name, mySlice(u, tp_->gather(p.key(), t)));
-        }
-        out.push_back(std::move(u));
-      }
-    });
+    const int64_t world = world_pg_->runtime().world_size;
+    forEachPart(true,
+                [&](const std::string& name, const torch::Tensor& value, const ParamState& st) {
+                  UnitShard u;
+                  const auto& shape = tp_->split(name).whole_shape;
+                  const int64_t numel = c10::multiply_integers(shape);
+                  u.params.push_back({name, shape, 0});
+                  u.padded = (numel + world - 1) / world * world;
+                  u.begin = world_pg_->runtime().rank * (u.padded / world);
+                  u.values = mySlice(u, tp_->gather(name, value));
+                  if (!st.tensors.empty()) {
+                    u.optimizer_step = st.step;
+                    for (const auto& [state, t] : st.tensors)
+                      u.state.emplace_back(state, mySlice(u, tp_->gather(name, t)));
+                  }
+                  out.push_back(std::move(u));
+                });
     return out;
   }
 
@@ -153,27 +200,36 @@ class TensorParallelPlan final : public ParallelPlan, private PlanState {
       bool main,
       const std::function<void(size_t, const std::vector<torch::Tensor>&)>& fn) override {
     size_t i = 0;
-    for (const auto& p : model_->named_parameters()) {
-      auto whole = tp_->gather(p.key(), p.value().detach());
+    forEachPart(false, [&](const std::string& name, const torch::Tensor& value, const ParamState&) {
+      auto whole = tp_->gather(name, value);
       if (main) fn(i, {whole.cpu()});
       ++i;
-    }
+    });
   }
 
   // Each parameter's optimizer state read whole, one at a time, and this rank's part kept.
   void loadOptimizerRanges(const RangeSource& source) override {
     torch::NoGradGuard no_grad;
+    auto part = [this, source](const std::string& name, const std::string& state) {
+      const auto& shape = tp_->split(name).whole_shape;
+      auto whole = source.read(name, state, 0, c10::multiply_integers(shape)).view(shape);
+      return tp_->slice(name, whole).contiguous();
+    };
+    if (zero_) {  // ZeRO-3 reads its slices of this rank's parts
+      RangeSource parts = source;
+      parts.read = [part](const std::string& name, const std::string& state, int64_t b, int64_t e) {
+        return part(name, state).view(-1).narrow(0, b, e - b);
+      };
+      inner_->state().loadOptimizerRanges(parts);
+      return;
+    }
     auto parts = make_optimizer_(model_->parameters(), {});
     for (const auto& p : model_->named_parameters()) {
       const auto& names = source.state_names(p.key());
       if (names.empty()) continue;
-      const auto& shape = tp_->split(p.key()).whole_shape;
       ParamState st;
       st.step = source.step(p.key());
-      for (const auto& name : names) {
-        auto whole = source.read(p.key(), name, 0, c10::multiply_integers(shape)).view(shape);
-        st.tensors.emplace_back(name, tp_->slice(p.key(), whole).contiguous());
-      }
+      for (const auto& name : names) st.tensors.emplace_back(name, part(p.key(), name));
       writeParamState(*parts, p.value(), st);
     }
     inner_->state().loadWholeOptimizer(*parts);
@@ -189,32 +245,12 @@ class TensorParallelPlan final : public ParallelPlan, private PlanState {
     return out;
   }
 
-  std::vector<torch::Tensor> gradients() const {
-    std::vector<torch::Tensor> out;
-    for (const auto& p : model_->parameters())
-      if (p.grad().defined()) out.push_back(p.grad());
-    return out;
-  }
-
-  // The whole model's squared gradient norm, the same on every rank: a 0-d double.
-  torch::Tensor normSquared() {
-    std::vector<torch::Tensor> split, replicated;
-    for (const auto& p : model_->parameters())
-      if (p.grad().defined())
-        (replicated_.count(p.unsafeGetTensorImpl()) ? replicated : split).push_back(p.grad());
-    auto sum = sumOfAllSquares(split) +
-               sumOfAllSquares(replicated).to(split.empty() ? torch::kCPU : split[0].device()) /
-                   static_cast<double>(tp_->size);
-    auto io = std::vector<at::Tensor>{sum.reshape({1})};
-    tp_pg_->wait(tp_pg_->allreduce(io));
-    return io[0].reshape({});
-  }
-
   models::Classifier model_;
   std::shared_ptr<models::TensorParallelism> tp_;
   ProcessGroup* world_pg_;
   std::shared_ptr<ProcessGroup> tp_pg_, dp_pg_;
   int64_t dp_ = 1;
+  bool zero_ = false;
   std::set<const c10::TensorImpl*> replicated_;
   MakeOptimizer make_optimizer_;
   std::function<void(float*)> fill_extras_;

@@ -37,7 +37,9 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
         stage_(s.dist.zero),
         make_optimizer_(std::move(s.make_optimizer)),
         extra_count_(s.extra_scalars),
-        fill_extras_(std::move(s.fill_extras)) {
+        fill_extras_(std::move(s.fill_extras)),
+        norm_group_(s.norm_group),
+        norm_weight_(s.norm_weight) {
     ReducerOptions o;
     o.bucket_cap_mb = s.dist.bucket_cap_mb;
     if (s.fill_layer && stage_ != 3)
@@ -217,10 +219,33 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
 
   // The norm over every rank's slices: a 0-d double on the device, summed by a collective.
   torch::Tensor globalNorm() {
-    auto sum = sumOfAllSquares(shardGradients()).reshape({1});
+    auto sum = (norm_weight_ ? weightedSquares() : sumOfAllSquares(shardGradients())).reshape({1});
     std::vector<at::Tensor> io{sum};
     pg_.wait(pg_.allreduce(io));
+    if (norm_group_) norm_group_->wait(norm_group_->allreduce(io));  // the other parts' squares
     return io[0].reshape({}).sqrt();
+  }
+
+  // The squares of this rank's slices, each parameter's piece of them weighted by norm_weight.
+  torch::Tensor weightedSquares() const {
+    torch::Tensor sum;
+    for (const auto& s : shards_) {
+      const auto& g = s.grad.defined() ? s.grad : s.bucket.shard;
+      const int64_t n = s.bucket.padded / world_, lo = rank_ * n;
+      for (size_t i = 0; i < s.bucket.params.size(); ++i) {
+        const auto& p = s.bucket.params[i];
+        const int64_t off = s.bucket.offsets[i];
+        const int64_t b = std::clamp(lo - off, int64_t{0}, p.numel());
+        const int64_t e = std::clamp(lo + n - off, int64_t{0}, p.numel());
+        if (e <= b) continue;
+        auto sq = sumOfSquares(g.narrow(0, off + b - lo, e - b)) * norm_weight_(p);
+        sum = sum.defined() ? sum + sq : sq;
+      }
+    }
+    return sum.defined()
+               ? sum
+               : torch::zeros({},
+                              torch::TensorOptions().dtype(torch::kDouble).device(pg_.device()));
   }
 
   std::vector<torch::Tensor> shardGradients() const {
@@ -293,6 +318,8 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
   std::function<void(std::shared_ptr<models::LayerHooks>)> set_layer_hooks_;
   bool prefetch_ = false;
   torch::ScalarType gathered_dtype_ = torch::kFloat;
+  ProcessGroup* norm_group_;
+  std::function<double(const torch::Tensor&)> norm_weight_;
 };
 
 // Each bucket is one unit: its flat slice becomes the only copy of its parameters this rank

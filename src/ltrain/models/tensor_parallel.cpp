@@ -163,25 +163,44 @@ torch::Tensor TensorParallelism::gather(const std::string& name, const torch::Te
 }
 
 void TensorParallelism::fill(Classifier& local) const {
+  for (size_t i = 0; i < whole->layers->size(); ++i) fillLayer(i, *local->layers->ptr(i));
+}
+
+void TensorParallelism::fillLayer(size_t i, torch::nn::Module& target) const {
   torch::NoGradGuard no_grad;
   const WantedElements all = [](const torch::Tensor& p) {
     return std::pair<int64_t, int64_t>{0, p.numel()};
   };
-  for (size_t i = 0; i < whole->layers->size(); ++i) {
-    auto& layer = *whole->layers->ptr(i);
-    auto params = layer.named_parameters();
-    if (params.is_empty()) continue;  // a tied head: its weight is the embedding's
-    for (auto& p : params) p.value().set_data(torch::empty(p.value().sizes(), p.value().options()));
-    whole->deferred->fill(i, layer, all);
-    auto mine = local->layers->ptr(i)->named_parameters();
-    for (auto& p : params) mine[p.key()].copy_(slice(whole->layerPrefix(i) + p.key(), p.value()));
-    for (auto& p : params) freeStorage(p.value());
-  }
+  auto& layer = *whole->layers->ptr(i);
+  auto params = layer.named_parameters();
+  if (params.is_empty()) return;  // a tied head: its weight is the embedding's
+  for (auto& p : params) p.value().set_data(torch::empty(p.value().sizes(), p.value().options()));
+  whole->deferred->fill(i, layer, all);
+  auto mine = target.named_parameters();
+  for (auto& p : params) mine[p.key()].copy_(slice(whole->layerPrefix(i) + p.key(), p.value()));
+  for (auto& p : params) freeStorage(p.value());
 }
+
+namespace {
+
+// A deferred tensor-parallel model's values: each layer's part made from the whole layer (the
+// elements ZeRO-3 wants are among them).
+class PartValues final : public DeferredValues {
+ public:
+  explicit PartValues(std::weak_ptr<TensorParallelism> tp) : tp_(std::move(tp)) {}
+  void fill(size_t layer, torch::nn::Module& target, const WantedElements&) override {
+    tp_.lock()->fillLayer(layer, target);
+  }
+
+ private:
+  std::weak_ptr<TensorParallelism> tp_;  // the model holds both
+};
+
+}  // namespace
 
 Classifier buildTensorParallel(const config::ModelConfig& cfg,
                                const std::vector<int64_t>& input_shape, int64_t num_classes,
-                               int64_t rank, int64_t size) {
+                               int64_t rank, int64_t size, bool deferred) {
   if (cfg.name != "gpt" && cfg.name != "llama")
     throw UsageError(fmt::format("dist.tensor_parallel {} splits gpt and llama, not model.name {}",
                                  size, cfg.name));
@@ -234,6 +253,10 @@ Classifier buildTensorParallel(const config::ModelConfig& cfg,
     }
   }
   model->tp = tp;
+  if (deferred) {
+    for (auto& p : model->parameters()) freeStorage(p);
+    model->deferred = std::make_shared<PartValues>(tp);
+  }
   return model;
 }
 

@@ -61,8 +61,9 @@ struct TensorParallelism {
   torch::Tensor slice(const std::string& name, const torch::Tensor& whole_value) const;
   torch::Tensor gather(const std::string& name, const torch::Tensor& local) const;
   // Writes every parameter of `local` (this rank's model) from whole->deferred, a whole layer at a
-  // time.
+  // time; or those of its layer `layer` alone (`target`, its parameters with memory).
   void fill(Classifier& local) const;
+  void fillLayer(size_t layer, torch::nn::Module& target) const;
 };
 
 // Megatron's f: identity forward, gradient summed over the group in backward (a column-parallel
@@ -84,11 +85,13 @@ torch::Tensor vocabParallelLogits(const torch::Tensor& x, const torch::Tensor& w
 torch::Tensor vocabParallelCrossEntropy(const torch::Tensor& local_logits,
                                         const torch::Tensor& targets, TensorParallelism& tp);
 
-// gpt or llama as rank `rank` of a tensor-parallel group of `size` holds it (values not yet made:
-// tp->fill). UsageError when n_head, n_kv_head, the MLP's width or the vocabulary does not divide
-// by `size`, or the model is another family.
+// gpt or llama as rank `rank` of a tensor-parallel group of `size` holds it, its values not yet
+// made (tp->fill). `deferred` (dist.zero 3 across the groups): its parameters have no memory
+// either, and model->deferred makes a layer's part when ZeRO-3 shards it. UsageError when
+// n_head, n_kv_head, the MLP's width or the vocabulary does not divide by `size`, or the model is
+// another family.
 Classifier buildTensorParallel(const config::ModelConfig& cfg,
                                const std::vector<int64_t>& input_shape, int64_t num_classes,
-                               int64_t rank, int64_t size);
+                               int64_t rank, int64_t size, bool deferred = false);
 
 }  // namespace ltrain::models

@@ -58,8 +58,8 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
   }
   // dist.zero 3's layer hooks gather parameters with collectives: every rank runs as many
   // forwards as the largest shard needs, a shorter shard repeating a batch it does not count.
-  if (model->layer_hooks && pg && rt.world_size > 1) {
-    const int64_t most = (ds.size() + rt.world_size - 1) / rt.world_size;
+  if (model->layer_hooks && pg && shards > 1) {
+    const int64_t most = (ds.size() + shards - 1) / shards;
     const int64_t needed = (most + batch_size - 1) / batch_size;
     if (batches == 0 && needed > 0) {
       data::Loader one(ds, {0}, 1, false, 0, 1);

@@ -88,14 +88,17 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   const bool grouped = rt_.distributed() || launched_alone;
   // Where the plan will shard the parameters, no rank makes the whole model: each unit's values
   // are made when the plan shards it.
-  const bool deferred = distributed::shardsParameters(cfg_.dist, grouped);
+  // (Tensor parallelism with a single replica: the groups' parts are all there is to shard.)
+  const bool deferred = distributed::shardsParameters(cfg_.dist, grouped) &&
+                        (cfg_.dist.tensor_parallel == 1 || data_world_ > 1);
   try {
     MemoryPhase phase("build");
     const int64_t tp = cfg_.dist.tensor_parallel;
-    model_ = tp > 1 ? models::buildTensorParallel(cfg_.model, splits_.train.exampleShape(),
-                                                  splits_.train.num_classes, rt_.rank % tp, tp)
-                    : models::build(cfg_.model, splits_.train.exampleShape(),
-                                    splits_.train.num_classes, splits_.train.tokens, deferred);
+    model_ =
+        tp > 1 ? models::buildTensorParallel(cfg_.model, splits_.train.exampleShape(),
+                                             splits_.train.num_classes, rt_.rank % tp, tp, deferred)
+               : models::build(cfg_.model, splits_.train.exampleShape(), splits_.train.num_classes,
+                               splits_.train.tokens, deferred);
   } catch (const models::LayerError& e) {
     throw UsageError(layerWhere(lc, e.line) + e.what());
   }
@@ -231,7 +234,8 @@ void Trainer::announce() {
       "{}: {} with {} parameters{}, {} training / {} {} {}, {} steps, {} process(es) of {} "
       "thread(s){}",
       cfg_.name, cfg_.model.name, models::parameterCount(model_->tp ? *model_->tp->whole : *model_),
-      model_->tp ? fmt::format(" ({} on each rank)", models::parameterCount(*model_)) : "",
+      model_->tp ? fmt::format(" ({} per tensor-parallel rank)", models::parameterCount(*model_))
+                 : "",
       train.size(), splits_.test.size(), heldOutName(splits_.test),
       train.tokens ? fmt::format("blocks of {} tokens (vocabulary {})", cfg_.model.block_size,
                                  train.num_classes)
