@@ -1,10 +1,11 @@
 // dist.tensor_parallel on real processes over Gloo: a GPT and a llama trained with tp 2 (two
 // ranks) and dp 2 x tp 2 (four; DDP or ZeRO-3 across the replicas) reach the one-process run's
-// losses and weights within 1e-5 (AdamW with decay, clipping, grad accumulation), each rank
-// holding about half the parameters (and half of that under ZeRO-3);
-// their checkpoints resume on other splits (DDP, one process, another mesh) and a DDP checkpoint
-// resumes under tensor parallelism; generate, export --hf and init_from read and write what a
-// one-process run does; a vocabulary the group does not divide fails before training.
+// losses and weights within 1e-5 (AdamW with decay, clipping, grad accumulation), with or without
+// sequence parallelism, each rank holding about half the parameters (and half of that under
+// ZeRO-3). Their checkpoints resume on other splits (DDP, one process, another mesh) and a DDP
+// checkpoint resumes under tensor parallelism; generate, export --hf and init_from read and write
+// what a one-process run does; a vocabulary or sequence the group does not divide fails before
+// training.
 #include <catch2/catch.hpp>
 #include <filesystem>
 #include <map>
@@ -100,6 +101,12 @@ TEST_CASE("dist.tensor_parallel 2 and dp 2 x tp 2 train gpt and llama as one pro
         requireRan(runLtrain(run(dir, tp, 2, model, with({"dist.tensor_parallel=2"}))));
         checkLosses(one, tp, 1e-5);
         CHECK(weightDiff(one, tp) < 1e-5);
+        // Sequence parallelism: the norms and the residual stream on half the sequence each.
+        const std::string sp = dir / (model + "-tp2-sp");
+        requireRan(runLtrain(run(dir, sp, 2, model,
+                                 with({"dist.tensor_parallel=2", "dist.sequence_parallel=true"}))));
+        checkLosses(one, sp, 1e-5);
+        CHECK(weightDiff(one, sp) < 1e-5);
         // Two replicas of batch 4 see what one process of batch 8 sees (DistributedSampler deals
         // the same 8 examples), each replica split over two ranks.
         requireRan(runLtrain(run(dir, one8, 1, model, with({"data.batch_size=8"}))));
@@ -230,7 +237,8 @@ TEST_CASE("a tensor-parallel checkpoint resumes on other splits; generate, expor
   }
 }
 
-TEST_CASE("a vocabulary that tensor parallelism does not divide fails before training", "[dist]") {
+TEST_CASE("a vocabulary or sequence that tensor parallelism does not divide fails before training",
+          "[dist]") {
   TempDir dir;
   ltrain::test::writeText(dir / "c.yaml", "seed: 1\n");
   // textCorpus's 20 characters and a 21st.
@@ -240,4 +248,13 @@ TEST_CASE("a vocabulary that tensor parallelism does not divide fails before tra
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("dist.tensor_parallel 2 must divide the vocabulary size (21)"));
   CHECK_FALSE(std::filesystem::exists(out + "/checkpoints"));
+  ltrain::test::writeText(dir / "u.txt", ltrain::test::textCorpus(100));
+  const std::string out2 = dir / "out2";
+  auto sp = runLtrain(run(dir, out2, 2, "gpt",
+                          {"data.path=" + (dir / "u.txt"), "model.block_size=33",
+                           "dist.tensor_parallel=2", "dist.sequence_parallel=true"}));
+  CHECK(sp.exit_code == 2);
+  CHECK_THAT(sp.err, Contains("dist.tensor_parallel 2 must divide the sequence length under "
+                              "dist.sequence_parallel (33)"));
+  CHECK_FALSE(std::filesystem::exists(out2 + "/checkpoints"));
 }

@@ -135,6 +135,8 @@ struct DistConfig {
   // Ranks per tensor-parallel group (gpt, llama): each splits every attention and MLP matrix and
   // the vocabulary N ways; world = data-parallel replicas x N, each group on one host
   int64_t tensor_parallel;
+  // dist.tensor_parallel: norms and the residual stream hold 1/N of the sequence on each rank
+  bool sequence_parallel;
 };
 
 struct ExperimentConfig {

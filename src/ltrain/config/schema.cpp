@@ -632,6 +632,12 @@ std::vector<Option> buildSchema() {
              "data-parallel replicas (DDP) x N, consecutive ranks forming a group on one host",
              int64_t{1})
           .atLeast(1),
+      LT_OPT(dist.sequence_parallel,
+             "dist.tensor_parallel N: Megatron's sequence parallelism. Outside the attention and "
+             "the MLP (norms, residual stream, dropout-free adds) each rank of a group keeps 1/N "
+             "of the sequence instead of all of it; the all-reduces become all-gathers and "
+             "reduce-scatters of the same size. The sequence length must divide by N",
+             false),
       LT_OPT(dist.shm_allreduce,
              "On the CPU, when every rank runs on one host: all-reduces (the gradient buckets, "
              "the stop vote) go through one shared-memory segment instead of Gloo's loopback "

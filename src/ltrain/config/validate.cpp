@@ -220,7 +220,13 @@ void distributedOptions(const LoadedConfig& lc) {
 void tensorParallel(const LoadedConfig& lc) {
   const ExperimentConfig& c = lc.cfg;
   const int64_t n = c.dist.tensor_parallel;
-  if (n == 1) return;
+  if (n == 1) {
+    if (c.dist.sequence_parallel)
+      refuse(lc, "dist.sequence_parallel",
+             "dist.sequence_parallel splits the sequence over a tensor-parallel group; set "
+             "dist.tensor_parallel to 2 or more");
+    return;
+  }
   auto no = [&](const std::string& key, const std::string& why) {
     refuse(lc, setOne(lc, key, "dist.tensor_parallel"),
            fmt::format("dist.tensor_parallel {} {}", n, why));

@@ -42,6 +42,14 @@ class GroupCollectives final : public models::TensorParallelGroup {
     shape.insert(shape.begin(), pg_->runtime().world_size);
     return out.view(shape);
   }
+  torch::Tensor reduceScatter(const torch::Tensor& t) override {
+    auto in = t.contiguous().view(-1);
+    auto out = torch::empty({in.numel() / pg_->runtime().world_size}, in.options());
+    pg_->wait(pg_->reduceScatterInto(out, in));
+    auto shape = t.sizes().vec();
+    shape[0] /= pg_->runtime().world_size;
+    return out.view(shape);
+  }
 
  private:
   std::shared_ptr<ProcessGroup> pg_;

@@ -49,9 +49,10 @@ struct EmbeddingImpl : torch::nn::Cloneable<EmbeddingImpl>, CachedLayer {
     return embed(idx, pos);
   }
   torch::Tensor embed(const torch::Tensor& idx, int64_t first) {
-    const int64_t t = idx.size(1);
+    int64_t t = idx.size(1);
     TORCH_CHECK(first + t <= block_size, "sequence of ", first + t,
                 " tokens is longer than model.block_size ", block_size);
+    if (tp && tp->sequence_parallel) t /= tp->size, first += tp->rank * t;  // this rank's part
     auto pos = torch::arange(first, first + t,
                              torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
     return drop((tp ? vocabParallelEmbedding(idx, wte->weight, *tp) : wte(idx)) + wpe(pos));
@@ -75,10 +76,11 @@ struct CausalSelfAttentionImpl : torch::nn::Cloneable<CausalSelfAttentionImpl> {
     c_proj = register_module("c_proj", linear(n_embd / tpSize(tp), n_embd));
     resid_drop = register_module("resid_drop", torch::nn::Dropout(dropout));
   }
-  torch::Tensor forward(torch::Tensor x, KvCache* cache = nullptr) {
+  torch::Tensor forward(torch::Tensor input, KvCache* cache = nullptr) {
+    const auto x = tp ? enterTensorParallel(input, *tp) : input;
     const int64_t b = x.size(0), t = x.size(1), c = x.size(2) / tpSize(tp);
     const int64_t nh = n_head / tpSize(tp);
-    auto qkv = c_attn(tp ? copyToTensorParallel(x, *tp) : x).split(c, 2);
+    auto qkv = c_attn(x).split(c, 2);
     auto heads = [&](const torch::Tensor& y) {
       return y.view({b, t, nh, c / nh}).transpose(1, 2);  // [B, nh, T, hs]
     };
@@ -90,7 +92,7 @@ struct CausalSelfAttentionImpl : torch::nn::Cloneable<CausalSelfAttentionImpl> {
     auto y = cachedAttention(heads(qkv[0]), k, v, is_training() ? dropout : 0.0, /*gqa=*/false);
     y = y.transpose(1, 2).contiguous().view({b, t, c});
     if (tp)
-      return resid_drop(reduceFromTensorParallel(F::linear(y, c_proj->weight), *tp) + c_proj->bias);
+      return resid_drop(leaveTensorParallel(F::linear(y, c_proj->weight), *tp) + c_proj->bias);
     return resid_drop(c_proj(y));
   }
   int64_t n_embd, n_head;
@@ -113,9 +115,9 @@ struct MlpImpl : torch::nn::Cloneable<MlpImpl> {
     drop = register_module("drop", torch::nn::Dropout(dropout));
   }
   torch::Tensor forward(torch::Tensor x) {
-    auto h = F::gelu(c_fc(tp ? copyToTensorParallel(x, *tp) : x),
+    auto h = F::gelu(c_fc(tp ? enterTensorParallel(x, *tp) : x),
                      F::GELUFuncOptions().approximate(tanh_gelu ? "tanh" : "none"));
-    if (tp) return drop(reduceFromTensorParallel(F::linear(h, c_proj->weight), *tp) + c_proj->bias);
+    if (tp) return drop(leaveTensorParallel(F::linear(h, c_proj->weight), *tp) + c_proj->bias);
     return drop(c_proj(h));
   }
   int64_t n_embd;

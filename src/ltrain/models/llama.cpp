@@ -121,7 +121,7 @@ struct AttentionImpl : torch::nn::Module {
     o_proj = register_module("o_proj", linear(n_head * head_size, c.n_embd));
   }
   torch::Tensor forward(const torch::Tensor& input, int64_t pos, KvCache* cache) {
-    const auto x = tp ? copyToTensorParallel(input, *tp) : input;
+    const auto x = tp ? enterTensorParallel(input, *tp) : input;
     const int64_t b = x.size(0), t = x.size(1);
     auto heads = [&](const torch::Tensor& y, int64_t n) {
       return y.view({b, t, n, head_size}).transpose(1, 2);  // [B, n, T, hs]
@@ -137,7 +137,7 @@ struct AttentionImpl : torch::nn::Module {
     }
     auto y = cachedAttention(q, k, v, is_training() ? dropout : 0.0, n_kv_head != n_head);
     auto out = o_proj(y.transpose(1, 2).contiguous().view({b, t, n_head * head_size}));
-    return tp ? reduceFromTensorParallel(out, *tp) : out;
+    return tp ? leaveTensorParallel(out, *tp) : out;
   }
   int64_t n_head, n_kv_head, head_size;  // this rank's heads
   double dropout;
@@ -157,8 +157,8 @@ struct SwiGluImpl : torch::nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& input) {
     if (!tp) return down_proj(F::silu(gate_proj(input)) * up_proj(input));
-    const auto x = copyToTensorParallel(input, *tp);
-    return reduceFromTensorParallel(down_proj(F::silu(gate_proj(x)) * up_proj(x)), *tp);
+    const auto x = enterTensorParallel(input, *tp);
+    return leaveTensorParallel(down_proj(F::silu(gate_proj(x)) * up_proj(x)), *tp);
   }
   Tp tp;
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};

@@ -66,6 +66,40 @@ struct GatherLastDim : torch::autograd::Function<GatherLastDim> {
   }
 };
 
+// [B, T, C] <-> [T, B, C] contiguous, so that the group's collectives split T (dimension 0).
+torch::Tensor sequenceFirst(const torch::Tensor& x) {
+  return x.transpose(0, 1).contiguous();
+}
+
+torch::Tensor allgatherSequence(const torch::Tensor& x, TensorParallelism& tp) {
+  auto all = groupOf(tp).allgather(sequenceFirst(x));  // [size, T/size, B, C]
+  return all.flatten(0, 1).transpose(0, 1);
+}
+
+torch::Tensor reduceScatterSequenceOf(const torch::Tensor& x, TensorParallelism& tp) {
+  return groupOf(tp).reduceScatter(sequenceFirst(x)).transpose(0, 1);
+}
+
+struct GatherSequence : torch::autograd::Function<GatherSequence> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp) {
+    ctx->saved_data["tp"] = tp;
+    return allgatherSequence(x, *reinterpret_cast<TensorParallelism*>(tp));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {reduceScatterSequenceOf(grads[0], from(ctx)), torch::Tensor()};
+  }
+};
+
+struct ReduceScatterSequence : torch::autograd::Function<ReduceScatterSequence> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp) {
+    ctx->saved_data["tp"] = tp;
+    return reduceScatterSequenceOf(x, *reinterpret_cast<TensorParallelism*>(tp));
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    return {allgatherSequence(grads[0], from(ctx)), torch::Tensor()};
+  }
+};
+
 // Per token: log(sum over the whole vocabulary of exp(logit - max)) - (target's logit - max), each
 // sum taken over the group; backward is softmax - onehot on this rank's slice, no communication
 // (the head's input gradient is summed by its copyToTensorParallel).
@@ -108,6 +142,22 @@ torch::Tensor reduceFromTensorParallel(const torch::Tensor& x, TensorParallelism
   return ReduceFromGroup::apply(x, address(tp));
 }
 
+torch::Tensor gatherSequence(const torch::Tensor& x, TensorParallelism& tp) {
+  return GatherSequence::apply(x, address(tp));
+}
+
+torch::Tensor reduceScatterSequence(const torch::Tensor& x, TensorParallelism& tp) {
+  return ReduceScatterSequence::apply(x, address(tp));
+}
+
+torch::Tensor enterTensorParallel(const torch::Tensor& x, TensorParallelism& tp) {
+  return tp.sequence_parallel ? gatherSequence(x, tp) : copyToTensorParallel(x, tp);
+}
+
+torch::Tensor leaveTensorParallel(const torch::Tensor& x, TensorParallelism& tp) {
+  return tp.sequence_parallel ? reduceScatterSequence(x, tp) : reduceFromTensorParallel(x, tp);
+}
+
 torch::Tensor gatherLastDim(const torch::Tensor& x, TensorParallelism& tp) {
   return GatherLastDim::apply(x, address(tp));
 }
@@ -118,12 +168,12 @@ torch::Tensor vocabParallelEmbedding(const torch::Tensor& ids, const torch::Tens
   const auto outside = ids.lt(first).logical_or(ids.ge(first + n));
   auto e = torch::nn::functional::embedding((ids - first).masked_fill(outside, 0), weight)
                .masked_fill(outside.unsqueeze(-1), 0.0);
-  return reduceFromTensorParallel(e, tp);
+  return leaveTensorParallel(e, tp);
 }
 
 torch::Tensor vocabParallelLogits(const torch::Tensor& x, const torch::Tensor& weight,
                                   TensorParallelism& tp) {
-  auto logits = torch::nn::functional::linear(copyToTensorParallel(x, tp), weight);
+  auto logits = torch::nn::functional::linear(enterTensorParallel(x, tp), weight);
   return tp.local_logits ? logits : gatherLastDim(logits, tp);
 }
 
@@ -200,7 +250,7 @@ class PartValues final : public DeferredValues {
 
 Classifier buildTensorParallel(const config::ModelConfig& cfg,
                                const std::vector<int64_t>& input_shape, int64_t num_classes,
-                               int64_t rank, int64_t size, bool deferred) {
+                               int64_t rank, int64_t size, bool deferred, bool sequence_parallel) {
   if (cfg.name != "gpt" && cfg.name != "llama")
     throw UsageError(fmt::format("dist.tensor_parallel {} splits gpt and llama, not model.name {}",
                                  size, cfg.name));
@@ -214,13 +264,15 @@ Classifier buildTensorParallel(const config::ModelConfig& cfg,
     divides("model.intermediate_size", cfg.intermediate_size);
   }
   divides("the vocabulary size", num_classes);
+  if (sequence_parallel && !input_shape.empty())
+    divides("the sequence length under dist.sequence_parallel", input_shape[0]);
   if (cfg.name == "gpt" && input_shape.size() != 1)
     throw UsageError(fmt::format(
         "model gpt: expected token sequences (data.dataset: text), got inputs of {} dimensions",
         input_shape.size()));
 
   auto tp = std::make_shared<TensorParallelism>();
-  tp->rank = rank, tp->size = size;
+  tp->rank = rank, tp->size = size, tp->sequence_parallel = sequence_parallel;
   const auto family = cfg.name == "gpt" ? gptLayers : llamaLayers;
   Layerwise whole = family(cfg, input_shape, num_classes, nullptr);
   Layerwise local = family(cfg, input_shape, num_classes, tp);
@@ -253,6 +305,16 @@ Classifier buildTensorParallel(const config::ModelConfig& cfg,
     }
   }
   model->tp = tp;
+  // Sequence parallelism: a replicated parameter's gradient is this rank's part of the sequence's;
+  // summed over the group as it is made, before any data-parallel reduction sees it.
+  if (sequence_parallel)
+    for (auto& p : model->named_parameters())
+      if (tp->split(p.key()).dim < 0)
+        p.value().register_hook([weak = std::weak_ptr<TensorParallelism>(tp)](torch::Tensor g) {
+          auto sum = g.contiguous().clone();
+          groupOf(*weak.lock()).allreduceSum(sum);
+          return sum;
+        });
   if (deferred) {
     for (auto& p : model->parameters()) freeStorage(p);
     model->deferred = std::make_shared<PartValues>(tp);

@@ -35,6 +35,8 @@ class TensorParallelGroup {
   virtual void allreduceSum(torch::Tensor& t) = 0;  // in place
   // Every rank's `t` (all the same shape), stacked in rank order: [size, ...].
   virtual torch::Tensor allgather(const torch::Tensor& t) = 0;
+  // This rank's 1/size of the sum of every rank's `t` (dimension 0 divided): [t.size(0)/size, ...].
+  virtual torch::Tensor reduceScatter(const torch::Tensor& t) = 0;
 };
 
 // How a parameter is split: along `dim`, into `parts` equal runs (GPT-2's c_attn holds q, k and v
@@ -54,6 +56,12 @@ struct TensorParallelism {
   // Set while the training step computes its loss: the head then gives this rank's vocabulary
   // slice of the logits (vocabParallelCrossEntropy), else the gathered logits (evaluation).
   bool local_logits = false;
+  // dist.sequence_parallel (Megatron's sequence parallelism): outside the attention and the MLP
+  // (norms, residual stream, position embedding) each rank holds 1/size of the sequence, not a
+  // copy of all of it; entering a split layer all-gathers it, leaving one reduce-scatters. The
+  // parameters used there (norms, biases added after the reduce-scatter, GPT-2's position
+  // embedding) see part of the sequence: their gradients are summed over the group.
+  bool sequence_parallel = false;
 
   const TensorSplit& split(const std::string& name) const;
   // This rank's part of parameter `name`'s whole value, and the whole value from every rank's
@@ -71,10 +79,19 @@ struct TensorParallelism {
 // output).
 torch::Tensor copyToTensorParallel(const torch::Tensor& x, TensorParallelism& tp);
 torch::Tensor reduceFromTensorParallel(const torch::Tensor& x, TensorParallelism& tp);
+// Their sequence-parallel forms, on [B, T, C] split along T: all-gather forward, reduce-scatter
+// backward (f); reduce-scatter forward, all-gather backward (g).
+torch::Tensor gatherSequence(const torch::Tensor& x, TensorParallelism& tp);
+torch::Tensor reduceScatterSequence(const torch::Tensor& x, TensorParallelism& tp);
+// Into a column-parallel layer (f, or gatherSequence under sequence parallelism) and out of a
+// row-parallel one (g, or reduceScatterSequence).
+torch::Tensor enterTensorParallel(const torch::Tensor& x, TensorParallelism& tp);
+torch::Tensor leaveTensorParallel(const torch::Tensor& x, TensorParallelism& tp);
 // The last dimension's parts of every rank concatenated; backward keeps this rank's part.
 torch::Tensor gatherLastDim(const torch::Tensor& x, TensorParallelism& tp);
 // An embedding whose rows [rank * V/size, ...) are `weight`: out-of-range ids give zeros, and the
-// sum over the group is the whole table's lookup.
+// sum over the group is the whole table's lookup (leaveTensorParallel: under sequence parallelism
+// this rank's part of the sequence).
 torch::Tensor vocabParallelEmbedding(const torch::Tensor& ids, const torch::Tensor& weight,
                                      TensorParallelism& tp);
 // The head's logits: this rank's vocabulary slice while tp.local_logits, else all of them.
@@ -88,10 +105,11 @@ torch::Tensor vocabParallelCrossEntropy(const torch::Tensor& local_logits,
 // gpt or llama as rank `rank` of a tensor-parallel group of `size` holds it, its values not yet
 // made (tp->fill). `deferred` (dist.zero 3 across the groups): its parameters have no memory
 // either, and model->deferred makes a layer's part when ZeRO-3 shards it. UsageError when
-// n_head, n_kv_head, the MLP's width or the vocabulary does not divide by `size`, or the model is
-// another family.
+// n_head, n_kv_head, the MLP's width or the vocabulary (or, under `sequence_parallel`, the
+// sequence) does not divide by `size`, or the model is another family.
 Classifier buildTensorParallel(const config::ModelConfig& cfg,
                                const std::vector<int64_t>& input_shape, int64_t num_classes,
-                               int64_t rank, int64_t size, bool deferred = false);
+                               int64_t rank, int64_t size, bool deferred = false,
+                               bool sequence_parallel = false);
 
 }  // namespace ltrain::models

@@ -94,11 +94,11 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   try {
     MemoryPhase phase("build");
     const int64_t tp = cfg_.dist.tensor_parallel;
-    model_ =
-        tp > 1 ? models::buildTensorParallel(cfg_.model, splits_.train.exampleShape(),
-                                             splits_.train.num_classes, rt_.rank % tp, tp, deferred)
-               : models::build(cfg_.model, splits_.train.exampleShape(), splits_.train.num_classes,
-                               splits_.train.tokens, deferred);
+    model_ = tp > 1 ? models::buildTensorParallel(cfg_.model, splits_.train.exampleShape(),
+                                                  splits_.train.num_classes, rt_.rank % tp, tp,
+                                                  deferred, cfg_.dist.sequence_parallel)
+                    : models::build(cfg_.model, splits_.train.exampleShape(),
+                                    splits_.train.num_classes, splits_.train.tokens, deferred);
   } catch (const models::LayerError& e) {
     throw UsageError(layerWhere(lc, e.line) + e.what());
   }
