@@ -4,7 +4,10 @@
 # parameters) trained 20 steps with AdamW on the fortune cookies, each process one thread, the
 # same global batch of 8 sequences in every row:
 #   tp 1: one process;  tp 2: two processes, each holding half of every matrix;
-#   dp 2: two processes (DDP), each holding the whole model and half the batch.
+#   tp 2 sp: tp 2 with dist.sequence_parallel (norms and residual stream on half the sequence);
+#   dp 2: two processes (DDP), each holding the whole model and half the batch;
+#   dp 2 x tp 2 zero 3: four processes (two groups of two, ZeRO-3 across them), half the batch
+#   each group: on two cores its samples/s is not comparable, its memory is.
 # Reads parameter_mb, optimizer_state_mb, peak_rss_mb (rank 0, after the last step) and
 # samples_per_s from summary.json.
 #   bench/tensor_parallel.sh [LTRAIN_BIN]     prints a markdown table
@@ -22,13 +25,15 @@ echo "| --- | --- | --- | --- | --- | --- | --- |"
 for model in gpt llama; do
   extra=()
   [ "$model" = llama ] && extra=(model.name=llama model.n_kv_head=4 model.intermediate_size=1376 model.tie_weights=false)
-  for layout in tp1 tp2 dp2; do
+  for layout in tp1 tp2 "tp2 sp" dp2 "dp2 x tp2 zero3"; do
     case $layout in
       tp1) procs=1; args=(data.batch_size=8) ;;
       tp2) procs=2; args=(data.batch_size=8 dist.tensor_parallel=2) ;;
+      "tp2 sp") procs=2; args=(data.batch_size=8 dist.tensor_parallel=2 dist.sequence_parallel=true) ;;
       dp2) procs=2; args=(data.batch_size=4) ;;
+      "dp2 x tp2 zero3") procs=4; args=(data.batch_size=4 dist.tensor_parallel=2 dist.zero=3) ;;
     esac
-    run=$tmp/$model-$layout
+    run=$tmp/$model-${layout// /-}
     "$bin" train "$root/configs/gpt_char.yaml" --nproc-per-node $procs "${common[@]}" ${extra[@]+"${extra[@]}"} \
       "${args[@]}" --output-dir "$run" >"$run.log" 2>&1 || { cat "$run.log"; exit 1; }
     s=$run/summary.json

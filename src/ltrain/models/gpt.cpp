@@ -77,10 +77,11 @@ struct CausalSelfAttentionImpl : torch::nn::Cloneable<CausalSelfAttentionImpl> {
     resid_drop = register_module("resid_drop", torch::nn::Dropout(dropout));
   }
   torch::Tensor forward(torch::Tensor input, KvCache* cache = nullptr) {
-    const auto x = tp ? enterTensorParallel(input, *tp) : input;
-    const int64_t b = x.size(0), t = x.size(1), c = x.size(2) / tpSize(tp);
+    const auto fused =
+        tp ? columnParallel(input, {c_attn->weight}, *tp)[0] + c_attn->bias : c_attn(input);
+    const int64_t b = fused.size(0), t = fused.size(1), c = fused.size(2) / 3;
     const int64_t nh = n_head / tpSize(tp);
-    auto qkv = c_attn(x).split(c, 2);
+    auto qkv = fused.split(c, 2);
     auto heads = [&](const torch::Tensor& y) {
       return y.view({b, t, nh, c / nh}).transpose(1, 2);  // [B, nh, T, hs]
     };
@@ -115,7 +116,7 @@ struct MlpImpl : torch::nn::Cloneable<MlpImpl> {
     drop = register_module("drop", torch::nn::Dropout(dropout));
   }
   torch::Tensor forward(torch::Tensor x) {
-    auto h = F::gelu(c_fc(tp ? enterTensorParallel(x, *tp) : x),
+    auto h = F::gelu(tp ? columnParallel(x, {c_fc->weight}, *tp)[0] + c_fc->bias : c_fc(x),
                      F::GELUFuncOptions().approximate(tanh_gelu ? "tanh" : "none"));
     if (tp) return drop(leaveTensorParallel(F::linear(h, c_proj->weight), *tp) + c_proj->bias);
     return drop(c_proj(h));

@@ -121,14 +121,15 @@ struct AttentionImpl : torch::nn::Module {
     o_proj = register_module("o_proj", linear(n_head * head_size, c.n_embd));
   }
   torch::Tensor forward(const torch::Tensor& input, int64_t pos, KvCache* cache) {
-    const auto x = tp ? enterTensorParallel(input, *tp) : input;
-    const int64_t b = x.size(0), t = x.size(1);
+    const auto qkv =
+        tp ? columnParallel(input, {q_proj->weight, k_proj->weight, v_proj->weight}, *tp)
+           : std::vector<torch::Tensor>{q_proj(input), k_proj(input), v_proj(input)};
+    const int64_t b = qkv[0].size(0), t = qkv[0].size(1);
     auto heads = [&](const torch::Tensor& y, int64_t n) {
       return y.view({b, t, n, head_size}).transpose(1, 2);  // [B, n, T, hs]
     };
-    auto q = heads(q_proj(x), n_head), k = heads(k_proj(x), n_kv_head),
-         v = heads(v_proj(x), n_kv_head);
-    auto [cos, sin] = rotary->get(pos, t, x.device());
+    auto q = heads(qkv[0], n_head), k = heads(qkv[1], n_kv_head), v = heads(qkv[2], n_kv_head);
+    auto [cos, sin] = rotary->get(pos, t, input.device());
     q = applyRotary(q, cos.to(q.scalar_type()), sin.to(q.scalar_type()));
     k = applyRotary(k, cos.to(k.scalar_type()), sin.to(k.scalar_type()));
     if (cache) {
@@ -157,8 +158,8 @@ struct SwiGluImpl : torch::nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& input) {
     if (!tp) return down_proj(F::silu(gate_proj(input)) * up_proj(input));
-    const auto x = enterTensorParallel(input, *tp);
-    return leaveTensorParallel(down_proj(F::silu(gate_proj(x)) * up_proj(x)), *tp);
+    const auto gate_up = columnParallel(input, {gate_proj->weight, up_proj->weight}, *tp);
+    return leaveTensorParallel(down_proj(F::silu(gate_up[0]) * gate_up[1]), *tp);
   }
   Tp tp;
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};

@@ -80,16 +80,6 @@ torch::Tensor reduceScatterSequenceOf(const torch::Tensor& x, TensorParallelism&
   return groupOf(tp).reduceScatter(sequenceFirst(x)).transpose(0, 1);
 }
 
-struct GatherSequence : torch::autograd::Function<GatherSequence> {
-  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp) {
-    ctx->saved_data["tp"] = tp;
-    return allgatherSequence(x, *reinterpret_cast<TensorParallelism*>(tp));
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    return {reduceScatterSequenceOf(grads[0], from(ctx)), torch::Tensor()};
-  }
-};
-
 struct ReduceScatterSequence : torch::autograd::Function<ReduceScatterSequence> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& x, int64_t tp) {
     ctx->saved_data["tp"] = tp;
@@ -97,6 +87,43 @@ struct ReduceScatterSequence : torch::autograd::Function<ReduceScatterSequence> 
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     return {allgatherSequence(grads[0], from(ctx)), torch::Tensor()};
+  }
+};
+
+struct GatheredLinears : torch::autograd::Function<GatheredLinears> {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& x, at::TensorList weights,
+                               int64_t tp) {
+    ctx->saved_data["tp"] = tp;
+    variable_list saved{x};
+    saved.insert(saved.end(), weights.begin(), weights.end());
+    ctx->save_for_backward(saved);
+    const auto full = allgatherSequence(x, *reinterpret_cast<TensorParallelism*>(tp));
+    variable_list out;
+    for (const auto& w : weights) out.push_back(torch::nn::functional::linear(full, w));
+    return out;
+  }
+  // Backward runs outside autocast: each product in the gradients' dtype, as forward's was.
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto& tp = from(ctx);
+    const auto saved = ctx->get_saved_variables();
+    const auto full = allgatherSequence(saved[0], tp);
+    torch::Tensor gx;
+    variable_list out{torch::Tensor()};
+    for (size_t i = 0; i < grads.size(); ++i) {
+      const auto& g = grads[i];
+      const auto& w = saved[i + 1];
+      if (!g.defined()) {
+        out.emplace_back();
+        continue;
+      }
+      const auto dt = g.scalar_type();
+      out.push_back(g.flatten(0, -2).t().mm(full.flatten(0, -2).to(dt)).to(w.scalar_type()));
+      auto part = g.matmul(w.to(dt));
+      gx = gx.defined() ? gx + part : part;
+    }
+    out[0] = reduceScatterSequenceOf(gx, tp);
+    out.emplace_back();  // tp
+    return out;
   }
 };
 
@@ -142,16 +169,18 @@ torch::Tensor reduceFromTensorParallel(const torch::Tensor& x, TensorParallelism
   return ReduceFromGroup::apply(x, address(tp));
 }
 
-torch::Tensor gatherSequence(const torch::Tensor& x, TensorParallelism& tp) {
-  return GatherSequence::apply(x, address(tp));
-}
-
 torch::Tensor reduceScatterSequence(const torch::Tensor& x, TensorParallelism& tp) {
   return ReduceScatterSequence::apply(x, address(tp));
 }
 
-torch::Tensor enterTensorParallel(const torch::Tensor& x, TensorParallelism& tp) {
-  return tp.sequence_parallel ? gatherSequence(x, tp) : copyToTensorParallel(x, tp);
+std::vector<torch::Tensor> columnParallel(const torch::Tensor& x,
+                                          const std::vector<torch::Tensor>& weights,
+                                          TensorParallelism& tp) {
+  if (tp.sequence_parallel) return GatheredLinears::apply(x, at::TensorList(weights), address(tp));
+  const auto in = copyToTensorParallel(x, tp);
+  std::vector<torch::Tensor> out;
+  for (const auto& w : weights) out.push_back(torch::nn::functional::linear(in, w));
+  return out;
 }
 
 torch::Tensor leaveTensorParallel(const torch::Tensor& x, TensorParallelism& tp) {
@@ -173,7 +202,8 @@ torch::Tensor vocabParallelEmbedding(const torch::Tensor& ids, const torch::Tens
 
 torch::Tensor vocabParallelLogits(const torch::Tensor& x, const torch::Tensor& weight,
                                   TensorParallelism& tp) {
-  auto logits = torch::nn::functional::linear(enterTensorParallel(x, tp), weight);
+  auto logits =
+      columnParallel(x, {weight.device() == x.device() ? weight : weight.to(x.device())}, tp)[0];
   return tp.local_logits ? logits : gatherLastDim(logits, tp);
 }
 

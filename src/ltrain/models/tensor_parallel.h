@@ -79,13 +79,17 @@ struct TensorParallelism {
 // output).
 torch::Tensor copyToTensorParallel(const torch::Tensor& x, TensorParallelism& tp);
 torch::Tensor reduceFromTensorParallel(const torch::Tensor& x, TensorParallelism& tp);
-// Their sequence-parallel forms, on [B, T, C] split along T: all-gather forward, reduce-scatter
-// backward (f); reduce-scatter forward, all-gather backward (g).
-torch::Tensor gatherSequence(const torch::Tensor& x, TensorParallelism& tp);
+// g's sequence-parallel form, on [B, T, C] split along T: reduce-scatter forward, all-gather
+// backward.
 torch::Tensor reduceScatterSequence(const torch::Tensor& x, TensorParallelism& tp);
-// Into a column-parallel layer (f, or gatherSequence under sequence parallelism) and out of a
-// row-parallel one (g, or reduceScatterSequence).
-torch::Tensor enterTensorParallel(const torch::Tensor& x, TensorParallelism& tp);
+// Column-parallel layers on one input: x (f, or all-gathered along T under sequence parallelism)
+// times each of `weights` ([out/size, in]). Under sequence parallelism only this rank's part of the
+// sequence is kept for backward, which gathers it again (Megatron-LM): the gathered input is not
+// held between forward and backward.
+std::vector<torch::Tensor> columnParallel(const torch::Tensor& x,
+                                          const std::vector<torch::Tensor>& weights,
+                                          TensorParallelism& tp);
+// Out of a row-parallel layer (g, or reduceScatterSequence).
 torch::Tensor leaveTensorParallel(const torch::Tensor& x, TensorParallelism& tp);
 // The last dimension's parts of every rank concatenated; backward keeps this rank's part.
 torch::Tensor gatherLastDim(const torch::Tensor& x, TensorParallelism& tp);
