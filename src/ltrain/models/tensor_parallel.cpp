@@ -129,7 +129,7 @@ struct GatheredLinears : torch::autograd::Function<GatheredLinears> {
 
 // Per token: log(sum over the whole vocabulary of exp(logit - max)) - (target's logit - max), each
 // sum taken over the group; backward is softmax - onehot on this rank's slice, no communication
-// (the head's input gradient is summed by its copyToTensorParallel).
+// (the head's input gradient is summed over the group by its columnParallel).
 struct VocabParallelCrossEntropy : torch::autograd::Function<VocabParallelCrossEntropy> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& logits,
                                const torch::Tensor& targets, int64_t tp_address) {
