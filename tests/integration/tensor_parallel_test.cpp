@@ -17,6 +17,7 @@
 
 using Catch::Matchers::Contains;
 using ltrain::test::runLtrain;
+using ltrain::test::summaryValue;
 using ltrain::test::TempDir;
 
 namespace {
@@ -73,10 +74,6 @@ void checkLosses(const std::string& ref, const std::string& got, double tol) {
 
 double weightDiff(const std::string& a, const std::string& b) {
   return ltrain::test::maxWeightDiff(a + "/model.safetensors", b + "/model.safetensors");
-}
-
-double summaryValue(const std::string& run, const char* key) {
-  return ltrain::test::readJson(run + "/summary.json")[key].get<double>();
 }
 
 }  // namespace

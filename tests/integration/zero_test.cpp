@@ -23,6 +23,7 @@
 using Catch::Matchers::Contains;
 using ltrain::test::readText;
 using ltrain::test::runLtrain;
+using ltrain::test::summaryValue;
 using ltrain::test::TempDir;
 
 namespace {
@@ -53,10 +54,6 @@ std::vector<std::string> gpt(const TempDir& dir, const std::string& out, int pro
                              out};
   a.insert(a.end() - 2, extra.begin(), extra.end());
   return a;
-}
-
-double summaryValue(const std::string& run, const char* key) {
-  return ltrain::test::readJson(run + "/summary.json")[key].get<double>();
 }
 
 }  // namespace

@@ -10,6 +10,10 @@ io::Json readJson(const std::string& path) {
   return io::Json::parse(readText(path));
 }
 
+double summaryValue(const std::string& run, const char* key) {
+  return readJson(run + "/summary.json")[key].get<double>();
+}
+
 std::vector<io::Json> metricRecords(const std::string& path, const std::string& split) {
   std::vector<io::Json> out;
   std::istringstream in(readText(path));

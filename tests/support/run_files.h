@@ -11,6 +11,8 @@
 namespace ltrain::test {
 
 io::Json readJson(const std::string& path);
+// A number from run directory `run`'s summary.json.
+double summaryValue(const std::string& run, const char* key);
 // The records of a metrics.jsonl, those of one split ("train", "test", "val") when given.
 std::vector<io::Json> metricRecords(const std::string& path, const std::string& split = "");
 // The training loss of each logged step of a metrics.jsonl (ltrain's or the Python reference's).
