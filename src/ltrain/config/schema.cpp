@@ -624,13 +624,15 @@ std::vector<Option> buildSchema() {
              "fp32 parameters live only in the shards): the dtype its gradients are "
              "reduce-scattered in, fp32 (the default, as torchtitan) or bf16 (half the traffic)",
              ReduceDtype::kFp32),
-      LT_OPT(dist.tensor_parallel,
-             "gpt and llama: ranks per tensor-parallel group (Megatron-LM). Each rank of a group "
-             "holds 1/N of every attention and MLP matrix (column-parallel q/k/v and up/gate, "
-             "row-parallel output and down projections, one all-reduce each in forward and "
-             "backward) and of the vocabulary (embedding, head and cross-entropy); the world is "
-             "data-parallel replicas (DDP) x N, consecutive ranks forming a group on one host",
-             int64_t{1})
+      LT_OPT(
+          dist.tensor_parallel,
+          "gpt and llama: ranks per tensor-parallel group (Megatron-LM). Each rank of a group "
+          "holds 1/N of every attention and MLP matrix (column-parallel q/k/v and up/gate, "
+          "row-parallel output and down projections, one all-reduce each in forward and "
+          "backward) and of the vocabulary (embedding, head and cross-entropy); the world is "
+          "data-parallel replicas (DDP, or ZeRO-3 with dist.zero 3) x N, consecutive ranks forming "
+          "a group on one host",
+          int64_t{1})
           .atLeast(1),
       LT_OPT(dist.sequence_parallel,
              "dist.tensor_parallel N: Megatron's sequence parallelism. Outside the attention and "
