@@ -158,16 +158,11 @@ class DdpPlan final : public ParallelPlan, private PlanState {
   // The whole model's squared gradient norm (PlanSetup::norm_group: summed over the parts).
   torch::Tensor squaredNorm() const {
     if (!norm_group_) return sumOfAllSquares(gradients());
-    torch::Tensor sum;
-    for (const auto& p : model_->parameters()) {
-      if (!p.grad().defined()) continue;
-      auto sq = sumOfSquares(p.grad()) * norm_weight_(p);
-      sum = sum.defined() ? sum + sq.to(sum.device()) : sq;
-    }
-    if (!sum.defined())
-      sum = torch::zeros(
-          {}, torch::TensorOptions().dtype(torch::kDouble).device(norm_group_->device()));
-    std::vector<at::Tensor> io{sum.reshape({1})};
+    std::vector<torch::Tensor> grads;
+    std::vector<double> weights;
+    for (const auto& p : model_->parameters())
+      if (p.grad().defined()) grads.push_back(p.grad()), weights.push_back(norm_weight_(p));
+    std::vector<at::Tensor> io{sumOfAllSquares(grads, weights).reshape({1})};
     norm_group_->wait(norm_group_->allreduce(io));
     return io[0].reshape({});
   }

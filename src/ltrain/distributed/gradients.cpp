@@ -41,6 +41,15 @@ torch::Tensor sumOfAllSquares(const std::vector<torch::Tensor>& grads) {
   return sum;
 }
 
+torch::Tensor sumOfAllSquares(const std::vector<torch::Tensor>& grads,
+                              const std::vector<double>& weights) {
+  torch::NoGradGuard no_grad;
+  const auto home = grads.empty() ? torch::Device(torch::kCPU) : grads.front().device();
+  auto sum = torch::zeros({}, torch::TensorOptions().dtype(torch::kDouble).device(home));
+  for (size_t i = 0; i < grads.size(); ++i) sum += sumOfSquares(grads[i]).to(home) * weights[i];
+  return sum;
+}
+
 void clipToNorm(const std::vector<torch::Tensor>& grads, const torch::Tensor& norm,
                 double max_norm) {
   if (grads.empty()) return;

@@ -21,6 +21,10 @@ torch::Tensor unscaleAndFindInf(const std::vector<torch::Tensor>& grads,
 
 // The summed squares of all `grads` in double, a 0-d tensor on the first one's device.
 torch::Tensor sumOfAllSquares(const std::vector<torch::Tensor>& grads);
+// The same, each tensor's squares times its weight (tensor parallelism: 1/size for a parameter
+// every rank of the group holds whole, so that summing over the group counts it once).
+torch::Tensor sumOfAllSquares(const std::vector<torch::Tensor>& grads,
+                              const std::vector<double>& weights);
 
 // torch::nn::utils::clip_grad_norm_: scales by max_norm / (norm + 1e-6) when that is below 1,
 // on the device. `norm` is the global norm (over every rank's slices for sharded gradients).

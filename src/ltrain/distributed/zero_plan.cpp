@@ -228,7 +228,8 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
 
   // The squares of this rank's slices, each parameter's piece of them weighted by norm_weight.
   torch::Tensor weightedSquares() const {
-    torch::Tensor sum;
+    std::vector<torch::Tensor> pieces;
+    std::vector<double> weights;
     for (const auto& s : shards_) {
       const auto& g = s.grad.defined() ? s.grad : s.bucket.shard;
       const int64_t n = s.bucket.padded / world_, lo = rank_ * n;
@@ -238,14 +239,11 @@ class ZeroPlan final : public ParallelPlan, private PlanState {
         const int64_t b = std::clamp(lo - off, int64_t{0}, p.numel());
         const int64_t e = std::clamp(lo + n - off, int64_t{0}, p.numel());
         if (e <= b) continue;
-        auto sq = sumOfSquares(g.narrow(0, off + b - lo, e - b)) * norm_weight_(p);
-        sum = sum.defined() ? sum + sq : sq;
+        pieces.push_back(g.narrow(0, off + b - lo, e - b));
+        weights.push_back(norm_weight_(p));
       }
     }
-    return sum.defined()
-               ? sum
-               : torch::zeros({},
-                              torch::TensorOptions().dtype(torch::kDouble).device(pg_.device()));
+    return sumOfAllSquares(pieces, weights);
   }
 
   std::vector<torch::Tensor> shardGradients() const {

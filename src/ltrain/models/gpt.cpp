@@ -30,17 +30,13 @@ torch::nn::Linear linear(int64_t in, int64_t out, bool bias = true) {
 // models/tensor_parallel.h) each module holds this rank's part: 1/tp of the vocabulary, of the
 // heads and of the MLP's width.
 using Tp = std::shared_ptr<TensorParallelism>;
-
-int64_t tpSize(const Tp& tp) {
-  return tp ? tp->size : 1;
-}
 struct EmbeddingImpl : torch::nn::Cloneable<EmbeddingImpl>, CachedLayer {
   EmbeddingImpl(int64_t vocab, int64_t block_size, int64_t n_embd, double dropout, Tp tp)
       : vocab(vocab), block_size(block_size), n_embd(n_embd), dropout(dropout), tp(std::move(tp)) {
     reset();
   }
   void reset() override {
-    wte = register_module("wte", torch::nn::Embedding(vocab / tpSize(tp), n_embd));
+    wte = register_module("wte", torch::nn::Embedding(vocab / tensorParallelSize(tp), n_embd));
     wpe = register_module("wpe", torch::nn::Embedding(block_size, n_embd));
     drop = register_module("drop", torch::nn::Dropout(dropout));
   }
@@ -72,15 +68,15 @@ struct CausalSelfAttentionImpl : torch::nn::Cloneable<CausalSelfAttentionImpl> {
   }
   void reset() override {
     // Column-parallel q, k, v (this rank's heads of each); row-parallel output projection.
-    c_attn = register_module("c_attn", linear(n_embd, 3 * n_embd / tpSize(tp)));
-    c_proj = register_module("c_proj", linear(n_embd / tpSize(tp), n_embd));
+    c_attn = register_module("c_attn", linear(n_embd, 3 * n_embd / tensorParallelSize(tp)));
+    c_proj = register_module("c_proj", linear(n_embd / tensorParallelSize(tp), n_embd));
     resid_drop = register_module("resid_drop", torch::nn::Dropout(dropout));
   }
   torch::Tensor forward(torch::Tensor input, KvCache* cache = nullptr) {
     const auto fused =
         tp ? columnParallel(input, {c_attn->weight}, *tp)[0] + c_attn->bias : c_attn(input);
     const int64_t b = fused.size(0), t = fused.size(1), c = fused.size(2) / 3;
-    const int64_t nh = n_head / tpSize(tp);
+    const int64_t nh = n_head / tensorParallelSize(tp);
     auto qkv = fused.split(c, 2);
     auto heads = [&](const torch::Tensor& y) {
       return y.view({b, t, nh, c / nh}).transpose(1, 2);  // [B, nh, T, hs]
@@ -111,8 +107,8 @@ struct MlpImpl : torch::nn::Cloneable<MlpImpl> {
   }
   void reset() override {
     // Column-parallel c_fc, row-parallel c_proj.
-    c_fc = register_module("c_fc", linear(n_embd, 4 * n_embd / tpSize(tp)));
-    c_proj = register_module("c_proj", linear(4 * n_embd / tpSize(tp), n_embd));
+    c_fc = register_module("c_fc", linear(n_embd, 4 * n_embd / tensorParallelSize(tp)));
+    c_proj = register_module("c_proj", linear(4 * n_embd / tensorParallelSize(tp), n_embd));
     drop = register_module("drop", torch::nn::Dropout(dropout));
   }
   torch::Tensor forward(torch::Tensor x) {
@@ -172,7 +168,8 @@ struct LmHeadImpl : torch::nn::Cloneable<LmHeadImpl>, UsesSharedParameters {
     reset();
   }
   void reset() override {
-    if (!tied) weight = register_parameter("weight", torch::empty({vocab / tpSize(tp), n_embd}));
+    if (!tied)
+      weight = register_parameter("weight", torch::empty({vocab / tensorParallelSize(tp), n_embd}));
   }
   torch::Tensor forward(torch::Tensor x) {
     const auto& w = tied ? tied->wte->weight : weight;
@@ -194,6 +191,10 @@ TORCH_MODULE(LmHead);
 
 Layerwise gptLayers(const config::ModelConfig& cfg, const std::vector<int64_t>& shape,
                     int64_t vocab, std::shared_ptr<TensorParallelism> tp) {
+  if (shape.size() != 1)
+    throw UsageError(fmt::format(
+        "model gpt: expected token sequences (data.dataset: text), got inputs of {} dimensions",
+        shape.size()));
   if (cfg.n_embd % cfg.n_head != 0)
     throw UsageError(fmt::format("model.n_embd ({}) must be a multiple of model.n_head ({})",
                                  cfg.n_embd, cfg.n_head));

@@ -34,10 +34,6 @@ torch::nn::Linear linear(int64_t in, int64_t out) {
 // 1/tp of the vocabulary, of the query and key-value heads, and of the MLP's width.
 using Tp = std::shared_ptr<TensorParallelism>;
 
-int64_t tpSize(const Tp& tp) {
-  return tp ? tp->size : 1;
-}
-
 // cos and sin of every position's rotation, [positions, head_size], built once per device and
 // grown when a longer sequence comes (generation past block_size).
 class RotaryTables {
@@ -95,7 +91,8 @@ TORCH_MODULE(RmsNorm);
 struct TokenEmbeddingImpl : torch::nn::Module {
   TokenEmbeddingImpl(int64_t vocab, int64_t n_embd, int64_t block_size, Tp tp)
       : block_size(block_size), tp(std::move(tp)) {
-    weight = register_parameter("weight", torch::empty({vocab / tpSize(this->tp), n_embd}));
+    weight =
+        register_parameter("weight", torch::empty({vocab / tensorParallelSize(this->tp), n_embd}));
   }
   torch::Tensor forward(const torch::Tensor& idx) {
     return tp ? vocabParallelEmbedding(idx, weight, *tp) : F::embedding(idx, weight);
@@ -109,8 +106,8 @@ TORCH_MODULE(TokenEmbedding);
 struct AttentionImpl : torch::nn::Module {
   // Column-parallel q, k, v (this rank's heads), row-parallel o_proj.
   AttentionImpl(const config::ModelConfig& c, std::shared_ptr<RotaryTables> rotary, Tp tp)
-      : n_head(c.n_head / tpSize(tp)),
-        n_kv_head((c.n_kv_head > 0 ? c.n_kv_head : c.n_head) / tpSize(tp)),
+      : n_head(c.n_head / tensorParallelSize(tp)),
+        n_kv_head((c.n_kv_head > 0 ? c.n_kv_head : c.n_head) / tensorParallelSize(tp)),
         head_size(c.n_embd / c.n_head),
         dropout(c.dropout),
         rotary(std::move(rotary)),
@@ -151,7 +148,7 @@ TORCH_MODULE(Attention);
 // Column-parallel gate and up, row-parallel down.
 struct SwiGluImpl : torch::nn::Module {
   SwiGluImpl(int64_t n_embd, int64_t hidden, Tp tp) : tp(std::move(tp)) {
-    hidden /= tpSize(this->tp);
+    hidden /= tensorParallelSize(this->tp);
     gate_proj = register_module("gate_proj", linear(n_embd, hidden));
     up_proj = register_module("up_proj", linear(n_embd, hidden));
     down_proj = register_module("down_proj", linear(hidden, n_embd));
@@ -194,7 +191,8 @@ struct HeadImpl : torch::nn::Module, UsesSharedParameters {
   HeadImpl(int64_t n_embd, int64_t vocab, TokenEmbedding tied, Tp tp)
       : tied(std::move(tied)), tp(std::move(tp)) {
     if (!this->tied)
-      weight = register_parameter("weight", torch::empty({vocab / tpSize(this->tp), n_embd}));
+      weight = register_parameter("weight",
+                                  torch::empty({vocab / tensorParallelSize(this->tp), n_embd}));
   }
   torch::Tensor forward(const torch::Tensor& x) {
     const auto& w = tied ? tied->weight : weight;

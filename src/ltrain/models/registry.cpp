@@ -47,13 +47,7 @@ Classifier build(const config::ModelConfig& cfg, const std::vector<int64_t>& inp
     return Classifier(buildLayerGraph(cfg.layers, input_shape, num_classes, tokens).seq);
   if (cfg.name == "torchscript") return loadTorchScript(cfg.path, input_shape, num_classes, tokens);
   if (cfg.name == "llama") return layerwise(llamaLayers(cfg, input_shape, num_classes));
-  if (cfg.name == "gpt") {
-    if (input_shape.size() != 1)
-      throw UsageError(fmt::format(
-          "model gpt: expected token sequences (data.dataset: text), got inputs of {} dimensions",
-          input_shape.size()));
-    return layerwise(gptLayers(cfg, input_shape, num_classes));
-  }
+  if (cfg.name == "gpt") return layerwise(gptLayers(cfg, input_shape, num_classes));
   // The MLP flattens whatever it gets (images, or a table's feature vectors); the CNN needs images.
   if (input_shape.empty() || (cfg.name != "mlp" && input_shape.size() != 3))
     throw UsageError(fmt::format("model {}: expected inputs [C, H, W]{}, got {} dimensions",

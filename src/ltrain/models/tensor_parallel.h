@@ -53,8 +53,9 @@ struct TensorParallelism {
   std::shared_ptr<TensorParallelGroup> group;  // set by the plan before the first forward
   Classifier whole{nullptr};                   // full shapes, no memory; whole->deferred: values
   std::map<std::string, TensorSplit> splits;   // by parameter name
-  // Set while the training step computes its loss: the head then gives this rank's vocabulary
-  // slice of the logits (vocabParallelCrossEntropy), else the gathered logits (evaluation).
+  // Set while the training step computes its loss (LocalLogits): the head then gives this rank's
+  // vocabulary slice of the logits (vocabParallelCrossEntropy), else the gathered logits. (Not the
+  // head's is_training(): a tied llama head is in no registered tree, so eval() never reaches it.)
   bool local_logits = false;
   // dist.sequence_parallel (Megatron's sequence parallelism): outside the attention and the MLP
   // (norms, residual stream, position embedding) each rank holds 1/size of the sequence, not a
@@ -74,25 +75,22 @@ struct TensorParallelism {
   void fillLayer(size_t layer, torch::nn::Module& target) const;
 };
 
-// Megatron's f: identity forward, gradient summed over the group in backward (a column-parallel
-// layer's input). g: summed over the group in forward, identity backward (a row-parallel layer's
-// output).
-torch::Tensor copyToTensorParallel(const torch::Tensor& x, TensorParallelism& tp);
-torch::Tensor reduceFromTensorParallel(const torch::Tensor& x, TensorParallelism& tp);
-// g's sequence-parallel form, on [B, T, C] split along T: reduce-scatter forward, all-gather
-// backward.
-torch::Tensor reduceScatterSequence(const torch::Tensor& x, TensorParallelism& tp);
-// Column-parallel layers on one input: x (f, or all-gathered along T under sequence parallelism)
+// How many ranks share each split parameter: 1 without tensor parallelism.
+inline int64_t tensorParallelSize(const std::shared_ptr<TensorParallelism>& tp) {
+  return tp ? tp->size : 1;
+}
+
+// Column-parallel layers on one input: x (Megatron's f: identity forward, gradient summed over the
+// group in backward; or all-gathered along T under sequence parallelism)
 // times each of `weights` ([out/size, in]). Under sequence parallelism only this rank's part of the
 // sequence is kept for backward, which gathers it again (Megatron-LM): the gathered input is not
 // held between forward and backward.
 std::vector<torch::Tensor> columnParallel(const torch::Tensor& x,
                                           const std::vector<torch::Tensor>& weights,
                                           TensorParallelism& tp);
-// Out of a row-parallel layer (g, or reduceScatterSequence).
+// Out of a row-parallel layer (Megatron's g: summed over the group in forward, identity backward;
+// under sequence parallelism reduce-scattered along T, all-gathered in backward).
 torch::Tensor leaveTensorParallel(const torch::Tensor& x, TensorParallelism& tp);
-// The last dimension's parts of every rank concatenated; backward keeps this rank's part.
-torch::Tensor gatherLastDim(const torch::Tensor& x, TensorParallelism& tp);
 // An embedding whose rows [rank * V/size, ...) are `weight`: out-of-range ids give zeros, and the
 // sum over the group is the whole table's lookup (leaveTensorParallel: under sequence parallelism
 // this rank's part of the sequence).
@@ -101,6 +99,17 @@ torch::Tensor vocabParallelEmbedding(const torch::Tensor& ids, const torch::Tens
 // The head's logits: this rank's vocabulary slice while tp.local_logits, else all of them.
 torch::Tensor vocabParallelLogits(const torch::Tensor& x, const torch::Tensor& weight,
                                   TensorParallelism& tp);
+// While it lives, tp.local_logits is set.
+class LocalLogits {
+ public:
+  explicit LocalLogits(TensorParallelism& tp) : tp_(tp) { tp_.local_logits = true; }
+  ~LocalLogits() { tp_.local_logits = false; }
+  LocalLogits(const LocalLogits&) = delete;
+  LocalLogits& operator=(const LocalLogits&) = delete;
+
+ private:
+  TensorParallelism& tp_;
+};
 // Mean cross-entropy of logits split over the vocabulary ([B, T, V/size] here) against whole
 // token ids [B, T]: max, sum of exponentials and the target's logit each summed over the group.
 torch::Tensor vocabParallelCrossEntropy(const torch::Tensor& local_logits,
@@ -108,9 +117,10 @@ torch::Tensor vocabParallelCrossEntropy(const torch::Tensor& local_logits,
 
 // gpt or llama as rank `rank` of a tensor-parallel group of `size` holds it, its values not yet
 // made (tp->fill). `deferred` (dist.zero 3 across the groups): its parameters have no memory
-// either, and model->deferred makes a layer's part when ZeRO-3 shards it. UsageError when
-// n_head, n_kv_head, the MLP's width or the vocabulary (or, under `sequence_parallel`, the
-// sequence) does not divide by `size`, or the model is another family.
+// either, and model->deferred makes a layer's part when ZeRO-3 shards it. The config's rules
+// (config/validate.cpp: gpt or llama, heads and MLP width divisible by `size`) hold already;
+// UsageError when the data's vocabulary (or, under `sequence_parallel`, its sequence) does not
+// divide by `size`.
 Classifier buildTensorParallel(const config::ModelConfig& cfg,
                                const std::vector<int64_t>& input_shape, int64_t num_classes,
                                int64_t rank, int64_t size, bool deferred = false,

@@ -87,11 +87,10 @@ torch::Tensor TrainStep::forwardLoss(const data::Batch& b, int64_t step) {
   faults_.beforeForward(step, x);
   auto y = b.targets.to(devices_.main, /*non_blocking=*/true);
   AutocastScope autocast(cfg_.train.precision, devices_.main.type());
-  if (auto tp = model_->tp) {  // the head gives this rank's slice of the vocabulary's logits
-    tp->local_logits = true;
-    auto out = forward(model_, x, devices_).to(torch::kFloat);
-    tp->local_logits = false;
-    return models::vocabParallelCrossEntropy(out, y, *tp);
+  if (model_->tp) {  // the head gives this rank's slice of the vocabulary's logits
+    models::LocalLogits local(*model_->tp);
+    return models::vocabParallelCrossEntropy(forward(model_, x, devices_).to(torch::kFloat), y,
+                                             *model_->tp);
   }
   return crossEntropy(forward(model_, x, devices_).to(torch::kFloat), y);
 }
