@@ -50,12 +50,21 @@ Devices chooseDevices(const config::ExperimentConfig& cfg, const distributed::Ru
     d.stages.assign(n, torch::kCPU);
     return d;
   }
+  // Gloo (chosen explicitly) runs collectives on CUDA tensors of ranks that share a device,
+  // which NCCL refuses: several ranks on one GPU then take turns on it, round robin. This is how
+  // scripts/gpu_check.sh exercises the device path of sharded and split code on one GPU.
+  if (n == 1 && cfg.dist.backend == config::Backend::kGloo && rt.local_rank >= visible) {
+    d.stages.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(rt.local_rank % visible));
+    d.main = d.stages.front();
+    return d;
+  }
   if ((rt.local_rank + 1) * n > visible)
     throw UsageError(fmt::format(
         "local rank {} needs cuda:{}..{} for its {} pipeline stage(s), but {} GPU(s) are visible; "
-        "run {} process(es) per node, or set train.device cpu",
+        "run {} process(es) per node{}, or set train.device cpu",
         rt.local_rank, rt.local_rank * n, (rt.local_rank + 1) * n - 1, n, visible,
-        std::max<int64_t>(1, visible / n)));
+        std::max<int64_t>(1, visible / n),
+        n == 1 ? ", set dist.backend gloo to let ranks share a GPU" : ""));
   for (int64_t s = 0; s < n; ++s)
     d.stages.emplace_back(torch::kCUDA, static_cast<c10::DeviceIndex>(rt.local_rank * n + s));
   d.main = d.stages.front();
