@@ -132,12 +132,17 @@ def main():
     ap.add_argument("--cases", default="all", help="comma-separated indices into the case list")
     ap.add_argument("--gpu", action="store_true", help="the GPU cases (bf16, large batches) instead")
     ap.add_argument("--quick", action="store_true", help="tiny sizes: checks the script, not speed")
+    ap.add_argument("--peak-tflops", type=float, default=0.0,
+                    help="--gpu: the measured dense bf16 ceiling (bench/bf16_ceiling.py) for MFU")
+    ap.add_argument("--datasheet-tflops", type=float, default=989.0,
+                    help="--gpu: the datasheet's dense bf16 peak for MFU (989: H100/H200 SXM)")
     args = ap.parse_args()
     cores = os.cpu_count()
     table = GPU_CASES if args.gpu else CASES
     cases = table if args.cases == "all" else [table[int(i)] for i in args.cases.split(",")]
     rows = []
-    roofline = sgemm_gflops(cores)
+    # On a GPU the CPU's sgemm is no roofline: MFU against the device's bf16 ceilings instead.
+    roofline = None if args.gpu else sgemm_gflops(cores)
     with tempfile.TemporaryDirectory() as tmp:
         tokens = None
         for name, config, nproc, overrides in cases:
@@ -159,6 +164,9 @@ def main():
     def verdict(ok):
         return "met" if ok else "**missed**"
 
+    if args.gpu:
+        gpu_table(rows, args.peak_tflops, args.datasheet_tflops)
+        return
     print(f"Roofline: a 2048^3 sgemm on {cores} threads, {roofline:.0f} GFLOP/s.\n")
     print("| case | samples/s ltrain | samples/s Python | ratio | GFLOP/s ltrain (of roofline) | GFLOP/s Python "
           "| first step ltrain | first step Python | ratio | peak RSS ltrain | peak RSS Python | ratio "
@@ -179,6 +187,27 @@ def main():
               f"| {lt['rss']:.0f} MiB | {py['rss']:.0f} MiB | {r_r:.2f} ({verdict(r_r <= TARGETS['rss'])}) "
               f"| {100 * lt['data_wait']:.1f}% ({verdict(lt['data_wait'] <= TARGETS['data_wait'])}) "
               f"| {100 * py['data_wait']:.1f}% |")
+
+
+def gpu_table(rows, measured, datasheet):
+    """The GPU cases: samples/s, MFU against the measured bf16 ceiling and the datasheet's, peak
+    memory of the process (RSS; the CUDA peak is in each run's summary.json)."""
+    def mfu(samples, flops, peak):
+        return f"{100 * samples * flops / (peak * 1e12):.2f}%" if peak > 0 else "-"
+    print(f"MFU: model FLOPs x samples/s over the measured dense bf16 ceiling ({measured:.1f} TFLOP/s, "
+          f"bench/bf16_ceiling.py) / over the datasheet's ({datasheet:.0f} TFLOP/s).\n")
+    print("| case | samples/s ltrain | samples/s Python | ratio | MFU ltrain (measured / datasheet) "
+          "| MFU Python (measured / datasheet) | first step ltrain | first step Python | peak RSS ltrain "
+          "| peak RSS Python |")
+    print("| --- " * 10 + "|")
+    for name, nproc, m, flops in rows:
+        lt, py = m["ltrain"], m["python"]
+        print(f"| {name}, {nproc} proc | {lt['samples']:.0f} | {py['samples']:.0f} "
+              f"| {lt['samples'] / py['samples']:.2f} "
+              f"| {mfu(lt['samples'], flops, measured)} / {mfu(lt['samples'], flops, datasheet)} "
+              f"| {mfu(py['samples'], flops, measured)} / {mfu(py['samples'], flops, datasheet)} "
+              f"| {lt['first_step']:.2f} s | {py['first_step']:.2f} s "
+              f"| {lt['rss']:.0f} MiB | {py['rss']:.0f} MiB |")
 
 
 if __name__ == "__main__":

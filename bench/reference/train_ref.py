@@ -391,6 +391,8 @@ def main():
                 t_wait = time.time()
                 x, y = train.batch(idx[(b + i) * d["batch_size"]:(b + i + 1) * d["batch_size"]])
                 w_wait += time.time() - t_wait
+                if device.type == "cuda":  # as a careful user feeds a GPU: pinned, copied async
+                    x, y = x.pin_memory(), y.pin_memory()
                 x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
                 sync = i == k - 1
                 ctx = model.no_sync() if (world > 1 and not sync) else contextlib.nullcontext()
@@ -398,7 +400,10 @@ def main():
                     with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
                         loss = loss_of(model(x).float(), y)
                     scaler.scale(loss / k).backward()
-                step_loss += loss.item() / k
+                # Kept on the device and read once per logging window, not once per micro-step
+                # (a host sync that would stall a GPU's queue). Summed in float64 as a Python
+                # float would be.
+                step_loss = step_loss + loss.detach().double() / k
                 samples += len(y) * world
                 w_samples += len(y) * world
             scaler.unscale_(opt)
@@ -413,7 +418,7 @@ def main():
             window += step_loss
             window_n += 1
             if step % t["log_every"] == 0 or step == total:
-                mean = torch.tensor([window / window_n], dtype=torch.float64)
+                mean = torch.as_tensor(window / window_n, dtype=torch.float64, device=device).reshape(1)
                 if world > 1:
                     dist.all_reduce(mean)
                     mean /= world
