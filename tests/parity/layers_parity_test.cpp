@@ -8,7 +8,7 @@
 
 #include "ltrain/config/load.h"
 #include "ltrain/io/safetensors.h"
-#include "ltrain/models/layer_graph.h"
+#include "ltrain/models/layers/layer_graph.h"
 #include "ltrain/models/model.h"
 #include "support/process.h"
 #include "test_paths.h"

@@ -73,6 +73,8 @@ struct ModelConfig {
   int64_t intermediate_size;  // llama: SwiGLU width
   double rope_theta;          // llama
   double norm_eps;            // llama: RMSNorm epsilon
+  int64_t head_dim;           // llama, qwen3, mistral: width of one head; 0 = n_embd / n_head
+  int64_t sliding_window;     // mistral: keys a query attends to (itself included); 0 = all
   Placement placement;
   int64_t pipeline_stages, micro_batches;
   std::string pipeline_schedule;  // gpipe | 1f1b

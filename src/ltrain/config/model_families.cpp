@@ -1,14 +1,15 @@
 #include "ltrain/config/model_families.h"
 
+#include "ltrain/models/spec.h"
+
 namespace ltrain::config {
 
 const std::vector<ModelFamily>& modelFamilies() {
-  //                                        name, language model, own, images, repeated blocks
-  static const std::vector<ModelFamily> families{
-      {"mlp", false, false, false, false},       {"cnn", false, false, true, false},
-      {"resnet", false, false, true, true},      {"gpt", true, false, false, true},
-      {"llama", true, false, false, true},       {"layers", false, true, false, false},
-      {"torchscript", false, true, false, false}};
+  static const std::vector<ModelFamily> families = [] {
+    std::vector<ModelFamily> out;
+    for (const auto& s : models::modelSpecs()) out.push_back(s.traits);
+    return out;
+  }();
   return families;
 }
 

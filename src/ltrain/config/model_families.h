@@ -1,7 +1,7 @@
-// What ltrain knows of each model.name, in one table: which data it reads and which features it
-// takes. The rules (config/validate.cpp), the defaults (config/load.cpp), FLOPs, inference and
-// start-up read these traits instead of comparing names; a new family is one row here and its
-// builder in models/registry.cpp.
+// What ltrain knows of each model.name: which data it reads and which features it takes. The
+// rules (config/validate.cpp), the defaults (config/load.cpp), FLOPs, inference and start-up read
+// these traits instead of comparing names. Each family's are in its spec (models/<family>/spec.cpp,
+// listed in models/families.cpp); this is the view of them that config/ reads.
 #pragma once
 #include <string>
 #include <vector>
@@ -17,6 +17,7 @@ struct ModelFamily {
   bool users_own = false;
   bool needs_images = false;     // inputs [C, H, W] only
   bool repeated_blocks = false;  // train.activation_checkpointing recomputes its blocks
+  bool tensor_parallel = false;  // dist.tensor_parallel splits it
 };
 
 // Every family, in the order model.name's help lists them.

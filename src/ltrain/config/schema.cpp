@@ -11,259 +11,50 @@
 
 #include "ltrain/common/errors.h"
 #include "ltrain/config/model_families.h"
+#include "ltrain/config/option_builder.h"
+#include "ltrain/models/spec.h"
+#include "ltrain/models/transformer.h"
 
 namespace ltrain::config {
 namespace {
 
-template <class T>
-struct ValueTraits;
+using namespace options;  // NOLINT: the table's vocabulary
 
-std::string shown(const YAML::Node& n) {
-  if (n.IsScalar()) return "'" + n.Scalar() + "'";
-  YAML::Emitter e;
-  e.SetMapFormat(YAML::Flow);
-  e.SetSeqFormat(YAML::Flow);
-  e << n;
-  return e.c_str();
+std::string modelNames(const std::string& what) {
+  std::vector<std::string> parts;
+  for (const auto& s : models::modelSpecs())
+    parts.push_back(what == "help" ? s.help : s.traits.name);
+  return fmt::format("{}", fmt::join(parts, ", "));
 }
 
-[[noreturn]] void expected(const std::string& what, const YAML::Node& n) {
-  throw UsageError(fmt::format("expected {}, got {}", what, shown(n)));
+// The model families' keys: the transformer group's, then each family's own in the list's order,
+// each marked with the families that take it ("model gpt|llama only") and its help led by their
+// names.
+std::vector<Option> familyOptions() {
+  const auto& specs = models::modelSpecs();
+  std::vector<std::pair<Option, std::vector<bool>>> all;  // an option, which specs take it
+  for (auto& o : models::transformerOptions()) all.emplace_back(o, std::vector<bool>(specs.size()));
+  for (size_t i = 0; i < specs.size(); ++i)
+    if (specs[i].options)
+      for (auto& o : specs[i].options()) {
+        all.emplace_back(o, std::vector<bool>(specs.size()));
+        all.back().second[i] = true;
+      }
+  for (size_t i = 0; i < specs.size(); ++i)
+    for (const auto& path : specs[i].takes)
+      for (auto& [o, by] : all)
+        if (o.path == path) by[i] = true;
+  std::vector<Option> out;
+  for (auto& [o, by] : all) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < specs.size(); ++i)
+      if (by[i]) names.push_back(specs[i].traits.name);
+    o.model = fmt::format("{}", fmt::join(names, "|"));
+    o.help = fmt::format("{}: {}", fmt::join(names, ", "), o.help);
+    out.push_back(std::move(o));
+  }
+  return out;
 }
-
-template <>
-struct ValueTraits<bool> {
-  static constexpr const char* name = "bool";
-  static bool parse(const YAML::Node& n) {
-    bool v;
-    if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v))
-      expected("a boolean (true or false)", n);
-    return v;
-  }
-  static YAML::Node emit(bool v) { return YAML::Node(v); }
-};
-
-template <>
-struct ValueTraits<int64_t> {
-  static constexpr const char* name = "int";
-  static int64_t parse(const YAML::Node& n) {
-    int64_t v;
-    if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v)) expected("an integer", n);
-    return v;
-  }
-  static YAML::Node emit(int64_t v) { return YAML::Node(v); }
-};
-
-template <>
-struct ValueTraits<double> {
-  static constexpr const char* name = "float";
-  static double parse(const YAML::Node& n) {
-    double v;
-    if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || !std::isfinite(v))
-      expected("a finite number", n);
-    return v;
-  }
-  // Shortest form that reads back to the same double ("0.1", not "0.10000000000000001"), with a
-  // '.' in the mantissa ("1.0e-08") so that YAML 1.1 readers such as PyYAML see a float too.
-  static YAML::Node emit(double v) {
-    std::string s = fmt::format("{}", v);
-    auto e = s.find('e');
-    if (e != std::string::npos && s.find('.') == std::string::npos) s.insert(e, ".0");
-    return YAML::Node(s);
-  }
-};
-
-template <>
-struct ValueTraits<std::string> {
-  static constexpr const char* name = "string";
-  static std::string parse(const YAML::Node& n) {
-    if (!n.IsScalar()) expected("a string", n);
-    return n.Scalar();
-  }
-  static YAML::Node emit(const std::string& v) { return YAML::Node(v); }
-};
-
-template <class E>
-struct ValueTraits<std::vector<E>> {
-  static std::string listName() { return std::string("list of ") + ValueTraits<E>::name; }
-  static std::vector<E> parse(const YAML::Node& n) {
-    if (!n.IsSequence()) expected(fmt::format("a {} like [1, 2]", listName()), n);
-    std::vector<E> out;
-    for (const auto& item : n) {
-      try {
-        out.push_back(ValueTraits<E>::parse(item));
-      } catch (const UsageError&) {
-        expected(fmt::format("a {}", listName()), n);
-      }
-    }
-    return out;
-  }
-  static YAML::Node emit(const std::vector<E>& v) {
-    YAML::Node n(YAML::NodeType::Sequence);
-    for (const auto& x : v) n.push_back(ValueTraits<E>::emit(x));
-    n.SetStyle(YAML::EmitterStyle::Flow);
-    return n;
-  }
-};
-
-// A mode: one of its enum's names (modes.h), which are also the option's choices.
-template <class E>
-struct EnumTraits {
-  static constexpr const char* name = "string";
-  static E parse(const YAML::Node& n) {
-    E v{};
-    // Worded as the choice check of other options: "<key> must be one of a|b, got 'c'".
-    if (!n.IsScalar() || !fromString(n.Scalar(), v))
-      throw UsageError(
-          fmt::format("must be one of {}, got {}", fmt::join(choiceList(), "|"), shown(n)));
-    return v;
-  }
-  static YAML::Node emit(E v) { return YAML::Node(toString(v)); }
-  static std::vector<std::string> choiceList() {
-    std::vector<std::string> out;
-    for (const auto& [v, n] : EnumNames<E>::table) out.emplace_back(n);
-    return out;
-  }
-};
-#define LT_ENUM_TRAITS(E) \
-  template <>             \
-  struct ValueTraits<E> : EnumTraits<E> {}
-LT_ENUM_TRAITS(Precision);
-LT_ENUM_TRAITS(ReduceDtype);
-LT_ENUM_TRAITS(Placement);
-LT_ENUM_TRAITS(Strategy);
-LT_ENUM_TRAITS(Backend);
-LT_ENUM_TRAITS(Compression);
-LT_ENUM_TRAITS(NonFinite);
-LT_ENUM_TRAITS(OnSignal);
-LT_ENUM_TRAITS(Augment);
-LT_ENUM_TRAITS(Tokenizer);
-LT_ENUM_TRAITS(OptimizerName);
-LT_ENUM_TRAITS(SchedulerName);
-LT_ENUM_TRAITS(Activation);
-LT_ENUM_TRAITS(Pool);
-LT_ENUM_TRAITS(DeviceChoice);
-LT_ENUM_TRAITS(TokenFormat);
-LT_ENUM_TRAITS(Gelu);
-LT_ENUM_TRAITS(Decay);
-LT_ENUM_TRAITS(BadImage);
-LT_ENUM_TRAITS(FsdpUnit);
-#undef LT_ENUM_TRAITS
-
-// model.layers: a list of layers, each a name ("relu") or a one-key mapping of the name to its
-// arguments ({conv2d: {out: 32, kernel: 3}}) or, for containers, to its layers
-// ({residual: [...]}, or {residual: {layers: [...], projection: true}}).
-template <>
-struct ValueTraits<std::vector<LayerSpec>> {
-  static constexpr const char* name = "list of layers";
-  static std::string text(const YAML::Node& n) {
-    if (n.IsScalar()) return n.Scalar();
-    YAML::Emitter e;
-    e.SetSeqFormat(YAML::Flow);
-    e.SetMapFormat(YAML::Flow);
-    e << n;
-    return e.c_str();
-  }
-  static LayerSpec item(const YAML::Node& n) {
-    LayerSpec l;
-    l.line = n.Mark().line + 1;
-    if (n.IsScalar()) {
-      l.type = n.Scalar();
-      return l;
-    }
-    if (!n.IsMap() || n.size() != 1)
-      expected("a layer: a name (relu) or a one-key mapping ({linear: {out: 10}})", n);
-    const auto it = n.begin();
-    if (!it->first.IsScalar()) expected("a layer name", it->first);
-    l.type = it->first.Scalar();
-    const YAML::Node v = it->second;
-    if (v.IsNull()) return l;
-    if (v.IsSequence()) {
-      l.children = parse(v);
-    } else if (v.IsMap()) {
-      for (auto a = v.begin(); a != v.end(); ++a) {
-        if (!a->first.IsScalar()) expected("argument names", a->first);
-        if (a->first.Scalar() == "layers" && a->second.IsSequence())
-          l.children = parse(a->second);
-        else
-          l.args.emplace_back(a->first.Scalar(), text(a->second));
-      }
-    } else {
-      l.args.emplace_back("", text(v));
-    }
-    return l;
-  }
-  static std::vector<LayerSpec> parse(const YAML::Node& n) {
-    if (!n.IsSequence()) expected("a list of layers like [linear: {out: 10}]", n);
-    std::vector<LayerSpec> out;
-    for (const auto& i : n) out.push_back(item(i));
-    return out;
-  }
-  static YAML::Node emit(const std::vector<LayerSpec>& layers) {
-    YAML::Node seq(YAML::NodeType::Sequence);
-    for (const auto& l : layers) {
-      if (l.args.empty() && l.children.empty()) {
-        seq.push_back(YAML::Node(l.type));
-        continue;
-      }
-      YAML::Node body;
-      if (l.args.size() == 1 && l.args[0].first.empty() && l.children.empty()) {
-        body = YAML::Load(l.args[0].second);
-      } else if (l.args.empty()) {
-        body = emit(l.children);
-      } else {
-        body = YAML::Node(YAML::NodeType::Map);
-        for (const auto& [k, v] : l.args) body[k] = YAML::Load(v);
-        if (!l.children.empty()) body["layers"] = emit(l.children);
-      }
-      YAML::Node m(YAML::NodeType::Map);
-      m[l.type] = body;
-      m.SetStyle(YAML::EmitterStyle::Flow);
-      seq.push_back(m);
-    }
-    seq.SetStyle(YAML::EmitterStyle::Flow);
-    return seq;
-  }
-};
-
-template <class T, class = void>
-struct IsEnumOption : std::false_type {};
-template <class T>
-struct IsEnumOption<T, std::void_t<decltype(EnumNames<T>::table)>> : std::true_type {};
-
-template <class T>
-std::string typeName() {
-  if constexpr (std::is_same_v<T, std::vector<int64_t>> || std::is_same_v<T, std::vector<double>>)
-    return ValueTraits<T>::listName();
-  else
-    return ValueTraits<T>::name;
-}
-
-template <class Access, class T = std::decay_t<std::invoke_result_t<Access, ExperimentConfig&>>>
-Option makeOption(const char* path, Access access, std::string help, T def) {
-  Option o;
-  o.path = path;
-  o.type_name = typeName<T>();
-  o.help = std::move(help);
-  o.assign = [access](ExperimentConfig& c, const YAML::Node& n) {
-    access(c) = ValueTraits<T>::parse(n);
-  };
-  o.read = [access](const ExperimentConfig& c) {
-    return ValueTraits<T>::emit(access(const_cast<ExperimentConfig&>(c)));
-  };
-  o.set_default = [access, def](ExperimentConfig& c) { access(c) = def; };
-  if constexpr (IsEnumOption<T>::value) o.choices = EnumTraits<T>::choiceList();
-  return o;
-}
-
-using IntList = std::vector<int64_t>;
-using FloatList = std::vector<double>;
-
-// Defaults are the last argument so that braced lists survive the macro.
-#define LT_OPT(PATH, HELP, ...) \
-  makeOption(                   \
-      #PATH, [](ExperimentConfig & c) -> auto& { return c.PATH; }, HELP, __VA_ARGS__)
-
 std::vector<Option> buildSchema() {
   using S = std::string;
   return {
@@ -373,35 +164,16 @@ std::vector<Option> buildSchema() {
           .atLeast(1),
       LT_OPT(data.synthetic_classes, "synthetic: number of classes", int64_t{10}).atLeast(2),
 
-      LT_OPT(model.name,
-             "Model family: mlp, cnn, resnet, gpt (GPT-2's block), llama (Llama's: RMSNorm, rotary "
-             "positions, SwiGLU, grouped-query attention); layers (a network written in "
-             "model.layers); torchscript (a PyTorch module saved with TorchScript, model.path)",
-             S("mlp"))
-          .oneOf([] {
-            std::vector<std::string> names;
-            for (const auto& f : modelFamilies()) names.push_back(f.name);
-            return names;
-          }()),
+      LT_OPT(model.name, "Model family: " + modelNames("help"), S("mlp")).oneOf([] {
+        std::vector<std::string> names;
+        for (const auto& f : modelFamilies()) names.push_back(f.name);
+        return names;
+      }()),
       LT_OPT(model.init_from,
              "Initial weights: a .safetensors file with the model's parameter names, or a Hugging "
              "Face model directory (config.json + model.safetensors, or sharded) whose "
              "config.json also gives the fields the file leaves out; empty: seeded init",
              S("")),
-      LT_OPT(model.layers,
-             "layers: the network, a list of layers (conv2d: {out: 32, kernel: 3}, relu, "
-             "residual: [...], linear: {out: 10}, ...); input sizes come from the data (see "
-             "README: Your own model)",
-             std::vector<LayerSpec>{})
-          .forModel("layers"),
-      LT_OPT(model.path,
-             "torchscript: the module file, made by torch.jit.script(module).save(path) (or "
-             "torch.jit.trace)",
-             S(""))
-          .forModel("torchscript"),
-      LT_OPT(model.hidden, "mlp: hidden layer sizes", IntList{256, 128, 100})
-          .atLeast(1)
-          .forModel("mlp"),
       LT_OPT(model.activation, "Activation after each hidden layer", Activation::kRelu),
       LT_OPT(model.dropout,
              "Dropout probability after each hidden layer (gpt: after embeddings, attention and "
@@ -409,78 +181,7 @@ std::vector<Option> buildSchema() {
              0.0)
           .atLeast(0)
           .atMost(0.99),
-      LT_OPT(model.channels, "cnn: output channels of each conv block", IntList{32, 64})
-          .atLeast(1)
-          .forModel("cnn"),
-      LT_OPT(model.kernel_size, "cnn: conv kernel size (odd; 'same' padding)", int64_t{3})
-          .atLeast(1)
-          .forModel("cnn"),
-      LT_OPT(model.pool, "cnn: 2x2 pooling after each conv block", Pool::kMax).forModel("cnn"),
-      LT_OPT(model.batch_norm, "cnn: batch norm after each conv", true).forModel("cnn"),
-      LT_OPT(model.channels_last,
-             "cnn: keep images and conv weights channels-last (NHWC); often faster with cuDNN, "
-             "measured slower on "
-             "this project's 2-core CPU (bench/RESULTS.md)",
-             false)
-          .forModel("cnn"),
-      LT_OPT(model.fc, "cnn: fully connected layer sizes before the classifier", IntList{128})
-          .atLeast(1)
-          .forModel("cnn"),
-      LT_OPT(model.depth, "resnet: 18 or 34 layers (basic blocks 2-2-2-2 or 3-4-6-3)", int64_t{18})
-          .forModel("resnet"),
-      LT_OPT(model.stem,
-             "resnet: cifar (a 3x3 stride-1 conv: small images), imagenet (torchvision's 7x7 "
-             "stride-2 conv and 3x3 stride-2 max-pool: photos), or auto (imagenet for images of "
-             "128 pixels a side or more)",
-             S("auto"))
-          .oneOf({"auto", "cifar", "imagenet"})
-          .forModel("resnet"),
-      LT_OPT(model.width, "resnet: channels of the first stage (doubled at each of the next three)",
-             int64_t{64})
-          .atLeast(1)
-          .forModel("resnet"),
-      LT_OPT(model.n_layer, "gpt, llama: transformer blocks", int64_t{4})
-          .atLeast(1)
-          .forModel("gpt|llama"),
-      LT_OPT(model.n_head, "gpt, llama: attention heads (dividing model.n_embd)", int64_t{4})
-          .atLeast(1)
-          .forModel("gpt|llama"),
-      LT_OPT(model.n_embd, "gpt, llama: embedding width", int64_t{128})
-          .atLeast(1)
-          .forModel("gpt|llama"),
-      LT_OPT(model.block_size,
-             "gpt, llama: context length in tokens; text and token shards are cut into blocks of "
-             "this length",
-             int64_t{128})
-          .atLeast(1)
-          .forModel("gpt|llama"),
-      LT_OPT(model.tie_weights,
-             "gpt, llama: the output head reuses the token embedding matrix (GPT-2's weight "
-             "tying)",
-             true)
-          .forModel("gpt|llama"),
-      LT_OPT(model.vocab_size,
-             "gpt, llama: vocabulary size; 0: the data's (a text file's characters, or the "
-             "tokenizer.json beside token shards); larger pads it (nanoGPT's 50304)",
-             int64_t{0})
-          .atLeast(0)
-          .forModel("gpt|llama"),
-      LT_OPT(model.gelu, "gpt: GELU exact, or tanh-approximated (GPT-2's own, gelu_new)",
-             Gelu::kExact)
-          .forModel("gpt"),
-      LT_OPT(model.n_kv_head,
-             "llama: key/value heads, dividing model.n_head (grouped-query attention); 0: "
-             "model.n_head",
-             int64_t{0})
-          .atLeast(0)
-          .forModel("llama"),
-      LT_OPT(model.intermediate_size, "llama: width of the SwiGLU MLP", int64_t{352})
-          .atLeast(1)
-          .forModel("llama"),
-      LT_OPT(model.rope_theta, "llama: base of the rotary position embedding", 10000.0)
-          .positive()
-          .forModel("llama"),
-      LT_OPT(model.norm_eps, "llama: RMSNorm epsilon", 1e-5).positive().forModel("llama"),
+      // (each family's own keys follow these, from its spec: familyOptions)
 
       LT_OPT(model.placement,
              "single: the whole model on the process's device; pipeline: the layers split into "
@@ -511,7 +212,8 @@ std::vector<Option> buildSchema() {
       LT_OPT(optimizer.eps, "adam/adamw: epsilon", 1e-8).positive(),
       LT_OPT(optimizer.decay,
              "Which parameters weight_decay applies to: matrices (weights of 2 or more dimensions; "
-             "not biases, norms' scales; nanoGPT's rule and the default for gpt and llama) or all "
+             "not biases, norms' scales; nanoGPT's rule and the default for the language models) "
+             "or all "
              "(the default for the other models)",
              Decay::kAll),
 
@@ -626,7 +328,8 @@ std::vector<Option> buildSchema() {
              ReduceDtype::kFp32),
       LT_OPT(
           dist.tensor_parallel,
-          "gpt and llama: ranks per tensor-parallel group (Megatron-LM). Each rank of a group "
+          "The transformer families: ranks per tensor-parallel group (Megatron-LM). Each rank of a "
+          "group "
           "holds 1/N of every attention and MLP matrix (column-parallel q/k/v and up/gate, "
           "row-parallel output and down projections, one all-reduce each in forward and "
           "backward) and of the vocabulary (embedding, head and cross-entropy); the world is "
@@ -652,7 +355,14 @@ std::vector<Option> buildSchema() {
 }  // namespace
 
 const std::vector<Option>& schema() {
-  static const std::vector<Option> table = buildSchema();
+  static const std::vector<Option> table = [] {
+    auto t = buildSchema();
+    const auto after =
+        std::find_if(t.begin(), t.end(), [](const Option& o) { return o.path == "model.dropout"; });
+    auto fam = familyOptions();
+    t.insert(after + 1, fam.begin(), fam.end());
+    return t;
+  }();
   return table;
 }
 

@@ -7,6 +7,7 @@
 
 #include "ltrain/common/errors.h"
 #include "ltrain/config/model_families.h"
+#include "ltrain/models/spec.h"
 
 namespace ltrain::config {
 
@@ -16,17 +17,15 @@ DataKind dataKind(const std::string& dataset) {
   return DataKind::kImages;
 }
 
-namespace {
-
-// The rule's error, prefixed with where `key` was set (the key a user would change).
-[[noreturn]] void refuse(const LoadedConfig& lc, const std::string& key, const std::string& why) {
+void refuse(const LoadedConfig& lc, const std::string& key, const std::string& why) {
   throw UsageError(lc.where(key) + why);
 }
 
-// The key of the two that was set explicitly (the file line a reader is pointed at), `a` first.
 std::string setOne(const LoadedConfig& lc, const std::string& a, const std::string& b) {
   return lc.explicitly_set.count(a) || !lc.explicitly_set.count(b) ? a : b;
 }
+
+namespace {
 
 void modelAgainstData(const LoadedConfig& lc) {
   const ExperimentConfig& c = lc.cfg;
@@ -37,9 +36,12 @@ void modelAgainstData(const LoadedConfig& lc) {
   const bool own = family.users_own;
   if (kind == DataKind::kTokens && !language_model && !own)
     refuse(lc, setOne(lc, "model.name", "data.dataset"),
-           fmt::format("data.dataset {} needs model.name: gpt or llama (or a network of your own: "
+           fmt::format("data.dataset {} needs model.name: {} (or a network of your own: "
                        "layers, torchscript), got '{}'",
-                       c.data.dataset, c.model.name));
+                       c.data.dataset,
+                       models::listed(models::familiesWhere(
+                           [](const models::ModelSpec& s) { return s.traits.language_model; })),
+                       c.model.name));
   if (language_model && kind != DataKind::kTokens)
     refuse(lc, setOne(lc, "model.name", "data.dataset"),
            fmt::format("model.name {} needs token sequences (data.dataset: text or tokens), "
@@ -95,24 +97,10 @@ void modelAgainstData(const LoadedConfig& lc) {
            "data.path must name the directory of the MNIST IDX files for dataset 'mnist'");
 }
 
+// The family's own rules on its keys (models/<family>/spec.cpp).
 void modelShape(const LoadedConfig& lc) {
-  const ModelConfig& m = lc.cfg.model;
-  if (modelFamily(m.name).language_model && m.n_embd % m.n_head != 0)
-    refuse(lc, setOne(lc, "model.n_head", "model.n_embd"),
-           fmt::format("model.n_embd ({}) must be a multiple of model.n_head ({})", m.n_embd,
-                       m.n_head));
-  if (m.name == "llama") {
-    if (m.n_kv_head > 0 && m.n_head % m.n_kv_head != 0)
-      refuse(lc, setOne(lc, "model.n_kv_head", "model.n_head"),
-             fmt::format("model.n_head ({}) must be a multiple of model.n_kv_head ({}): each "
-                         "key/value head serves a group of query heads",
-                         m.n_head, m.n_kv_head));
-    if ((m.n_embd / m.n_head) % 2 != 0)
-      refuse(lc, setOne(lc, "model.n_head", "model.n_embd"),
-             fmt::format("llama: the head size model.n_embd / model.n_head ({} / {} = {}) must be "
-                         "even for rotary embeddings",
-                         m.n_embd, m.n_head, m.n_embd / m.n_head));
-  }
+  const auto* spec = models::findModelSpec(lc.cfg.model.name);
+  if (spec && spec->validate) spec->validate(lc);
 }
 
 void activationCheckpointing(const LoadedConfig& lc) {
@@ -137,12 +125,8 @@ void activationCheckpointing(const LoadedConfig& lc) {
                        "(N a whole number from 1)",
                        v));
   if (!modelFamily(c.model.name).repeated_blocks) {
-    std::vector<std::string> with;  // the families the table says have them
-    for (const auto& f : modelFamilies())
-      if (f.repeated_blocks) with.push_back(f.name);
-    std::string names;
-    for (size_t i = 0; i < with.size(); ++i)
-      names += (i == 0 ? "" : i + 1 == with.size() ? " or " : ", ") + with[i];
+    const std::string names = models::listed(
+        models::familiesWhere([](const models::ModelSpec& s) { return s.traits.repeated_blocks; }));
     refuse(lc, setOne(lc, "train.activation_checkpointing", "model.name"),
            fmt::format("train.activation_checkpointing recomputes repeated blocks: model.name "
                        "{}, not {}",
@@ -231,18 +215,16 @@ void tensorParallel(const LoadedConfig& lc) {
     refuse(lc, setOne(lc, key, "dist.tensor_parallel"),
            fmt::format("dist.tensor_parallel {} {}", n, why));
   };
-  if (c.model.name != "gpt" && c.model.name != "llama")
-    no("model.name", fmt::format("splits gpt and llama, not model.name {}", c.model.name));
-  auto divides = [&](const std::string& key, int64_t v) {
-    if (v % n != 0)
-      no(key, fmt::format("must divide {} ({}): each rank holds whole heads and 1/{} of the rest",
-                          key, v, n));
-  };
-  divides("model.n_head", c.model.n_head);
-  if (c.model.name == "llama") {
-    if (c.model.n_kv_head > 0) divides("model.n_kv_head", c.model.n_kv_head);
-    divides("model.intermediate_size", c.model.intermediate_size);
-  }
+  const auto* spec = models::findModelSpec(c.model.name);
+  if (!spec || !spec->traits.tensor_parallel)
+    no("model.name",
+       fmt::format("splits {}, not model.name {}",
+                   models::listed(models::familiesWhere([](const models::ModelSpec& s) {
+                                    return s.traits.tensor_parallel;
+                                  }),
+                                  "and"),
+                   c.model.name));
+  spec->validate_tensor_parallel(lc, n);
   if (c.dist.zero == 1 || c.dist.zero == 2)
     no("dist.zero", fmt::format("does not combine with dist.zero {}: across the groups it runs "
                                 "DDP (dist.zero 0) or ZeRO-3 (dist.zero 3)",

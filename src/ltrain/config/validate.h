@@ -9,6 +9,11 @@ namespace ltrain::config {
 // Throws UsageError naming where the offending key was set ("file:line: ...").
 void validate(const LoadedConfig& lc);
 
+// A rule's error, prefixed with where `key` was set (the key a user would change).
+[[noreturn]] void refuse(const LoadedConfig& lc, const std::string& key, const std::string& why);
+// Of two keys, the one set explicitly (the file line a reader is pointed at), `a` first.
+std::string setOne(const LoadedConfig& lc, const std::string& a, const std::string& b);
+
 // The shape one example of `cfg.data` has, as far as the config alone says: [C, H, W] for image
 // datasets, [F] for tables (F unknown: 0), [T] for token sequences. Used for rules that pair
 // models with data.

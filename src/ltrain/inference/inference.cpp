@@ -19,6 +19,7 @@
 #include "ltrain/io/json.h"
 #include "ltrain/io/safetensors.h"
 #include "ltrain/models/hf_checkpoint.h"
+#include "ltrain/models/spec.h"
 #include "ltrain/train/devices.h"
 #include "ltrain/train/precision.h"
 
@@ -117,8 +118,10 @@ LoadedModel loadTrainedModel(const InferenceRequest& req, bool need_codec, bool 
   if (!config::modelFamily(cfg.model.name).language_model)
     throw UsageError(
         fmt::format("{}model.name is '{}': generation and export need a language "
-                    "model (gpt or llama)",
-                    lm.lc.where("model.name"), cfg.model.name));
+                    "model ({})",
+                    lm.lc.where("model.name"), cfg.model.name,
+                    models::listed(models::familiesWhere(
+                        [](const models::ModelSpec& s) { return s.traits.language_model; }))));
   lm.weights = req.checkpoint;
   if (lm.weights.empty() && !req.run.empty()) {
     const auto final_weights = fs::path(req.run) / "model.safetensors";

@@ -7,8 +7,17 @@
 namespace ltrain::models {
 
 torch::Tensor cachedAttention(const torch::Tensor& q, const torch::Tensor& k,
-                              const torch::Tensor& v, double dropout, bool gqa) {
+                              const torch::Tensor& v, double dropout, bool gqa, int64_t window) {
   const int64_t tq = q.size(2), tk = k.size(2);
+  if (window > 0 && tk > window) {
+    // Query i, at position tk - tq + i, sees keys (position - window, position]: transformers'
+    // sliding window. Where every key is in reach, the causal paths below are the same.
+    auto mask = torch::ones({tq, tk}, torch::TensorOptions().dtype(torch::kBool).device(q.device()))
+                    .tril(tk - tq)
+                    .triu(tk - tq - window + 1);
+    return at::scaled_dot_product_attention(q, k, v, mask, dropout, /*is_causal=*/false,
+                                            /*scale=*/std::nullopt, gqa);
+  }
   if (tq == tk)
     return at::scaled_dot_product_attention(q, k, v, /*attn_mask=*/{}, dropout, /*is_causal=*/true,
                                             /*scale=*/std::nullopt, gqa);

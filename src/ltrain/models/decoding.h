@@ -19,8 +19,9 @@ class CachedLayer {
 };
 
 // Scaled dot-product attention of new queries [B, H, Tq, D] over all keys so far [B, Hkv, Tk, D]
-// (Tk >= Tq, the queries being the last Tq positions), causal.
+// (Tk >= Tq, the queries being the last Tq positions), causal; with `window` > 0 each query sees
+// only the last `window` positions up to its own (Mistral's sliding window).
 torch::Tensor cachedAttention(const torch::Tensor& q, const torch::Tensor& k,
-                              const torch::Tensor& v, double dropout, bool gqa);
+                              const torch::Tensor& v, double dropout, bool gqa, int64_t window = 0);
 
 }  // namespace ltrain::models

@@ -14,37 +14,21 @@
 #include "ltrain/io/json.h"
 #include "ltrain/io/owned_dir.h"
 #include "ltrain/io/safetensors.h"
+#include "ltrain/models/spec.h"
 
 namespace fs = std::filesystem;
 
 namespace ltrain::models {
 namespace {
 
-struct HfName {
-  std::string name;
-  bool transposed = false;  // GPT-2's Conv1D: stored [in, out]
-};
-
 bool endsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// ltrain's gpt names ("layers.<i>.<rest>") as GPT2LMHeadModel's.
-HfName gpt2Name(const std::string& name, int64_t n_layer) {
-  const auto dot = name.find('.', 7);
-  const int64_t i = std::stoll(name.substr(7, dot - 7));  // after "layers."
-  const std::string rest = name.substr(dot + 1);
-  if (i == 0) return {"transformer." + rest};  // wte.weight, wpe.weight
-  if (i == n_layer + 1) return {"transformer.ln_f." + rest};
-  if (i == n_layer + 2) return {"lm_head." + rest};
-  const bool conv1d = rest == "attn.c_attn.weight" || rest == "attn.c_proj.weight" ||
-                      rest == "mlp.c_fc.weight" || rest == "mlp.c_proj.weight";
-  return {fmt::format("transformer.h.{}.{}", i - 1, rest), conv1d};
-}
-
+// The family's name for an ltrain parameter name (models/<family>/spec.cpp).
 HfName hfName(const config::ModelConfig& cfg, const std::string& name) {
-  if (cfg.name == "gpt") return gpt2Name(name, cfg.n_layer);
-  return {name};  // llama's are transformers' own
+  const auto* spec = findModelSpec(cfg.name);
+  return spec && spec->hf.name ? spec->hf.name(name, cfg) : HfName{name};
 }
 
 // Tensors of a checkpoint that carry no weights ltrain has: GPT-2's causal-mask buffers, old
@@ -92,11 +76,14 @@ class InitialWeights {
     for (const auto& f : hf ? hfFiles(from_) : std::vector<std::string>{from_})
       files_.push_back(std::make_shared<io::SafetensorsFile>(f));
     std::map<std::string, std::pair<size_t, std::string>> stored;  // GPT-2's: "transformer." added
+    const auto* spec = findModelSpec(cfg.name);
+    const std::string prefix = spec ? spec->hf.base_prefix : "";
     for (size_t i = 0; i < files_.size(); ++i)
       for (const auto& [name, e] : files_[i]->entries()) {
-        const bool bare_gpt2 = hf && cfg.name == "gpt" && name.rfind("transformer.", 0) != 0 &&
-                               name.rfind("lm_head.", 0) != 0;
-        stored[bare_gpt2 ? "transformer." + name : name] = {i, name};
+        // A base model saved alone (GPT2Model) lacks its prefix ("transformer.").
+        const bool bare =
+            hf && !prefix.empty() && name.rfind(prefix, 0) != 0 && name.rfind("lm_head.", 0) != 0;
+        stored[bare ? prefix + name : name] = {i, name};
       }
     std::set<std::string> used;
     auto place = [&](const std::string& key, const torch::Tensor& t) {
@@ -214,52 +201,13 @@ void exportHf(const Classifier& model, const config::ModelConfig& cfg, int64_t v
       out.write(hfName(cfg, p.key()).transposed ? t.t().contiguous() : t.contiguous());
     }
   };
-  io::Json c;
-  if (cfg.name == "llama") {
-    c = {{"architectures", {"LlamaForCausalLM"}},
-         {"model_type", "llama"},
-         {"hidden_size", cfg.n_embd},
-         {"intermediate_size", cfg.intermediate_size},
-         {"num_hidden_layers", cfg.n_layer},
-         {"num_attention_heads", cfg.n_head},
-         {"num_key_value_heads", cfg.n_kv_head > 0 ? cfg.n_kv_head : cfg.n_head},
-         {"head_dim", cfg.n_embd / cfg.n_head},
-         {"hidden_act", "silu"},
-         {"max_position_embeddings", std::max(max_positions, cfg.block_size)},
-         {"rms_norm_eps", cfg.norm_eps},
-         {"rope_theta", cfg.rope_theta},
-         {"rope_parameters", {{"rope_type", "default"}, {"rope_theta", cfg.rope_theta}}},
-         {"attention_bias", false},
-         {"attention_dropout", cfg.dropout},
-         {"mlp_bias", false},
-         {"tie_word_embeddings", cfg.tie_weights},
-         {"vocab_size", vocab},
-         {"bos_token_id", nullptr},
-         {"eos_token_id", nullptr},
-         {"dtype", "float32"}};
-  } else if (cfg.name == "gpt") {
-    c = {{"architectures", {"GPT2LMHeadModel"}},
-         {"model_type", "gpt2"},
-         {"n_embd", cfg.n_embd},
-         {"n_layer", cfg.n_layer},
-         {"n_head", cfg.n_head},
-         {"n_positions", cfg.block_size},
-         {"n_inner", nullptr},
-         {"activation_function", cfg.gelu == config::Gelu::kTanh ? "gelu_new" : "gelu"},
-         {"layer_norm_epsilon", 1e-5},
-         {"resid_pdrop", cfg.dropout},
-         {"embd_pdrop", cfg.dropout},
-         {"attn_pdrop", cfg.dropout},
-         {"tie_word_embeddings", cfg.tie_weights},
-         {"vocab_size", vocab},
-         {"bos_token_id", nullptr},
-         {"eos_token_id", nullptr},
-         {"dtype", "float32"}};
-  } else {
+  const auto* spec = findModelSpec(cfg.name);
+  if (!spec || !spec->hf.export_config)
     throw UsageError(fmt::format(
-        "ltrain export --hf: model.name {} has no Hugging Face architecture (gpt and llama do)",
-        cfg.name));
-  }
+        "ltrain export --hf: model.name {} has no Hugging Face architecture ({} do)", cfg.name,
+        listed(familiesWhere([](const ModelSpec& s) { return s.hf.export_config != nullptr; }),
+               "and")));
+  const io::Json c = spec->hf.export_config(cfg, vocab, max_positions);
   const fs::path d(dir);
   try {
     io::SafetensorsStream out((d / "model.safetensors").string(), entries, {{"format", "pt"}});

@@ -24,8 +24,5 @@ struct TensorParallelism;
 Layerwise gptLayers(const config::ModelConfig&, const std::vector<int64_t>&, int64_t,
                     std::shared_ptr<TensorParallelism> tp = nullptr);
 torch::nn::Sequential buildResnet(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
-// Named as transformers' LlamaForCausalLM (see llama.cpp): its wrap registers those names.
-Layerwise llamaLayers(const config::ModelConfig&, const std::vector<int64_t>&, int64_t,
-                      std::shared_ptr<TensorParallelism> tp = nullptr);
 
 }  // namespace ltrain::models

@@ -1,11 +1,12 @@
-// Model names to builders.
+// Model names to builders (the list is models/families.def), and the layers they share.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include "ltrain/common/errors.h"
-#include "ltrain/models/layer_graph.h"
+#include "ltrain/models/builder.h"
 #include "ltrain/models/layers.h"
+#include "ltrain/models/layers/layer_graph.h"
 #include "ltrain/models/model.h"
 
 namespace ltrain::models {
@@ -40,28 +41,10 @@ int64_t appendDense(torch::nn::Sequential& seq, int64_t in, const std::vector<in
 
 Classifier build(const config::ModelConfig& cfg, const std::vector<int64_t>& input_shape,
                  int64_t num_classes, bool tokens, bool deferred) {
-  auto layerwise = [deferred](Layerwise f) {
-    return deferred ? buildDeferred(std::move(f)) : buildWhole(f);
-  };
-  if (cfg.name == "layers")
-    return Classifier(buildLayerGraph(cfg.layers, input_shape, num_classes, tokens).seq);
-  if (cfg.name == "torchscript") return loadTorchScript(cfg.path, input_shape, num_classes, tokens);
-  if (cfg.name == "llama") return layerwise(llamaLayers(cfg, input_shape, num_classes));
-  if (cfg.name == "gpt") return layerwise(gptLayers(cfg, input_shape, num_classes));
-  // The MLP flattens whatever it gets (images, or a table's feature vectors); the CNN needs images.
-  if (input_shape.empty() || (cfg.name != "mlp" && input_shape.size() != 3))
-    throw UsageError(fmt::format("model {}: expected inputs [C, H, W]{}, got {} dimensions",
-                                 cfg.name, cfg.name == "mlp" ? " or [F]" : "", input_shape.size()));
-  if (cfg.name == "mlp") return Classifier(buildMlp(cfg, input_shape, num_classes));
-  if (cfg.name == "cnn" || cfg.name == "resnet") {
-    Classifier c(cfg.name == "cnn" ? buildCnn(cfg, input_shape, num_classes)
-                                   : buildResnet(cfg, input_shape, num_classes));
-    if (cfg.channels_last) c->useChannelsLast();
-    return c;
-  }
-  throw UsageError(fmt::format(
-      "model.name: unknown model '{}', expected mlp|cnn|resnet|gpt|llama|layers|torchscript",
-      cfg.name));
+  const ModelBuilder& b = modelBuilder(cfg.name);
+  if (!b.layers) return b.build(cfg, input_shape, num_classes, tokens);
+  auto f = b.layers(cfg, input_shape, num_classes, nullptr);
+  return deferred ? buildDeferred(std::move(f)) : buildWhole(f);
 }
 
 std::string modelSummary(const config::ModelConfig& cfg, const std::vector<int64_t>& input_shape,

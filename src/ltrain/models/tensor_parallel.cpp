@@ -8,6 +8,7 @@
 
 #include "ltrain/common/errors.h"
 #include "ltrain/common/tensor_storage.h"
+#include "ltrain/models/builder.h"
 #include "ltrain/models/layers.h"
 #include "ltrain/models/layerwise.h"
 
@@ -280,8 +281,8 @@ class PartValues final : public DeferredValues {
 Classifier buildTensorParallel(const config::ModelConfig& cfg,
                                const std::vector<int64_t>& input_shape, int64_t num_classes,
                                int64_t rank, int64_t size, bool deferred, bool sequence_parallel) {
-  if (cfg.name != "gpt" && cfg.name != "llama")  // config/validate.cpp refused it
-    throw std::logic_error("tensor parallel: model " + cfg.name + " is not gpt or llama");
+  if (!modelBuilder(cfg.name).layers)  // config/validate.cpp refused it
+    throw std::logic_error("tensor parallel: model " + cfg.name + " has no transformer layers");
   auto divides = [&](const std::string& what, int64_t n) {
     if (n % size != 0)
       throw UsageError(fmt::format("dist.tensor_parallel {} must divide {} ({})", size, what, n));
@@ -292,10 +293,11 @@ Classifier buildTensorParallel(const config::ModelConfig& cfg,
 
   auto tp = std::make_shared<TensorParallelism>();
   tp->rank = rank, tp->size = size, tp->sequence_parallel = sequence_parallel;
-  const auto family = cfg.name == "gpt" ? gptLayers : llamaLayers;
+  const auto family = modelBuilder(cfg.name).layers;
   Layerwise whole = family(cfg, input_shape, num_classes, nullptr);
   Layerwise local = family(cfg, input_shape, num_classes, tp);
   const auto parts = whole.fused_parts;
+  const auto partial = whole.partial_gradients;
   tp->whole = buildDeferred(std::move(whole));  // the generator ends where the whole build's does
   // This rank's modules: their constructors' draws are put back, their values made by fill().
   torch::nn::Sequential seq;
@@ -325,15 +327,15 @@ Classifier buildTensorParallel(const config::ModelConfig& cfg,
   }
   model->tp = tp;
   // Sequence parallelism: a replicated parameter's gradient is this rank's part of the sequence's;
-  // summed over the group as it is made, before any data-parallel reduction sees it.
-  if (sequence_parallel)
-    for (auto& p : model->named_parameters())
-      if (tp->split(p.key()).dim < 0)
-        p.value().register_hook([weak = std::weak_ptr<TensorParallelism>(tp)](torch::Tensor g) {
-          auto sum = g.contiguous().clone();
-          groupOf(*weak.lock()).allreduceSum(sum);
-          return sum;
-        });
+  // and a norm over each head (qwen3's q_norm, k_norm) sees only this rank's heads. Summed over
+  // the group as it is made, before any data-parallel reduction sees it.
+  for (auto& p : model->named_parameters())
+    if (tp->split(p.key()).dim < 0 && (sequence_parallel || (partial && partial(p.key()))))
+      p.value().register_hook([weak = std::weak_ptr<TensorParallelism>(tp)](torch::Tensor g) {
+        auto sum = g.contiguous().clone();
+        groupOf(*weak.lock()).allreduceSum(sum);
+        return sum;
+      });
   if (deferred) {
     for (auto& p : model->parameters()) freeStorage(p);
     model->deferred = std::make_shared<PartValues>(tp);

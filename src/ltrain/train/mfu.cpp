@@ -3,21 +3,14 @@
 #include <utility>
 #include <vector>
 
-#include "ltrain/config/model_families.h"
 #include "ltrain/cuda/plugin.h"
+#include "ltrain/models/spec.h"
 
 namespace ltrain::train {
 
 double flopsPerToken(const config::ModelConfig& m, int64_t params, int64_t vocab) {
-  if (!config::modelFamily(m.name).language_model) return 0;
-  // Tables that are only looked up do no multiplications: gpt's positions, and the token
-  // embedding unless the head multiplies by it (tied).
-  int64_t n = params;
-  if (m.name == "gpt") n -= m.block_size * m.n_embd;
-  if (!m.tie_weights) n -= vocab * m.n_embd;
-  const double head = static_cast<double>(m.n_embd / m.n_head);
-  return 6.0 * static_cast<double>(n) + 12.0 * static_cast<double>(m.n_layer * m.n_head) * head *
-                                            static_cast<double>(m.block_size);
+  const auto* spec = models::findModelSpec(m.name);
+  return spec && spec->flops_per_token ? spec->flops_per_token(m, params, vocab) : 0;
 }
 
 double knownPeakFlops(const std::string& name) {

@@ -9,7 +9,7 @@
 #include "ltrain/config/model_families.h"
 #include "ltrain/config/validate.h"
 #include "ltrain/data/dataset.h"
-#include "ltrain/models/layer_graph.h"
+#include "ltrain/models/layers/layer_graph.h"
 #include "ltrain/models/model.h"
 
 namespace ltrain::train {

@@ -32,7 +32,7 @@
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/io/safetensors.h"
 #include "ltrain/models/hf_checkpoint.h"
-#include "ltrain/models/layer_graph.h"
+#include "ltrain/models/layers/layer_graph.h"
 #include "ltrain/models/tensor_parallel.h"
 #include "ltrain/optim/optimizer.h"
 #include "ltrain/train/evaluate.h"

@@ -11,6 +11,7 @@
 
 #include "ltrain/common/errors.h"
 #include "ltrain/models/activation_checkpoint.h"
+#include "ltrain/models/builder.h"
 #include "ltrain/models/decoding.h"
 #include "ltrain/models/layers.h"
 #include "ltrain/models/tensor_parallel.h"
@@ -248,3 +249,13 @@ Layerwise gptLayers(const config::ModelConfig& cfg, const std::vector<int64_t>& 
 }
 
 }  // namespace ltrain::models
+
+namespace ltrain::models::gpt {
+
+ModelBuilder builder() {
+  ModelBuilder b;
+  b.layers = gptLayers;
+  return b;
+}
+
+}  // namespace ltrain::models::gpt

@@ -11,6 +11,7 @@
 
 #include "ltrain/common/errors.h"
 #include "ltrain/models/activation_checkpoint.h"
+#include "ltrain/models/builder.h"
 #include "ltrain/models/layers.h"
 
 namespace ltrain::models {
@@ -92,3 +93,21 @@ torch::nn::Sequential buildResnet(const config::ModelConfig& cfg, const std::vec
 }
 
 }  // namespace ltrain::models
+
+namespace ltrain::models::resnet {
+
+ModelBuilder builder() {
+  ModelBuilder b;
+  b.build = [](const config::ModelConfig& cfg, const std::vector<int64_t>& shape, int64_t classes,
+               bool) {
+    if (shape.size() != 3)
+      throw UsageError(
+          fmt::format("model resnet: expected inputs [C, H, W], got {} dimensions", shape.size()));
+    Classifier c(buildResnet(cfg, shape, classes));
+    if (cfg.channels_last) c->useChannelsLast();
+    return c;
+  };
+  return b;
+}
+
+}  // namespace ltrain::models::resnet

@@ -16,8 +16,10 @@
 
 #include "ltrain/common/errors.h"
 #include "ltrain/models/activation_checkpoint.h"
+#include "ltrain/models/builder.h"
 #include "ltrain/models/decoding.h"
-#include "ltrain/models/layers.h"
+#include "ltrain/models/llama/llama.h"
+#include "ltrain/models/llama/spec.h"
 #include "ltrain/models/model.h"
 #include "ltrain/models/tensor_parallel.h"
 
@@ -105,10 +107,12 @@ TORCH_MODULE(TokenEmbedding);
 
 struct AttentionImpl : torch::nn::Module {
   // Column-parallel q, k, v (this rank's heads), row-parallel o_proj.
-  AttentionImpl(const config::ModelConfig& c, std::shared_ptr<RotaryTables> rotary, Tp tp)
+  AttentionImpl(const config::ModelConfig& c, const LlamaBlock& block,
+                std::shared_ptr<RotaryTables> rotary, Tp tp)
       : n_head(c.n_head / tensorParallelSize(tp)),
         n_kv_head((c.n_kv_head > 0 ? c.n_kv_head : c.n_head) / tensorParallelSize(tp)),
-        head_size(c.n_embd / c.n_head),
+        head_size(llama::headDim(c)),
+        window(block.sliding_window),
         dropout(c.dropout),
         rotary(std::move(rotary)),
         tp(std::move(tp)) {
@@ -116,6 +120,10 @@ struct AttentionImpl : torch::nn::Module {
     k_proj = register_module("k_proj", linear(c.n_embd, n_kv_head * head_size));
     v_proj = register_module("v_proj", linear(c.n_embd, n_kv_head * head_size));
     o_proj = register_module("o_proj", linear(n_head * head_size, c.n_embd));
+    if (block.qk_norm) {  // Qwen3: each head's query and key normalised before the rotation
+      q_norm = register_module("q_norm", RmsNorm(head_size, c.norm_eps));
+      k_norm = register_module("k_norm", RmsNorm(head_size, c.norm_eps));
+    }
   }
   torch::Tensor forward(const torch::Tensor& input, int64_t pos, KvCache* cache) {
     const auto qkv =
@@ -126,6 +134,7 @@ struct AttentionImpl : torch::nn::Module {
       return y.view({b, t, n, head_size}).transpose(1, 2);  // [B, n, T, hs]
     };
     auto q = heads(qkv[0], n_head), k = heads(qkv[1], n_kv_head), v = heads(qkv[2], n_kv_head);
+    if (q_norm) q = q_norm(q), k = k_norm(k);
     auto [cos, sin] = rotary->get(pos, t, input.device());
     q = applyRotary(q, cos.to(q.scalar_type()), sin.to(q.scalar_type()));
     k = applyRotary(k, cos.to(k.scalar_type()), sin.to(k.scalar_type()));
@@ -133,15 +142,17 @@ struct AttentionImpl : torch::nn::Module {
       if (cache->k.defined()) k = torch::cat({cache->k, k}, 2), v = torch::cat({cache->v, v}, 2);
       cache->k = k, cache->v = v;
     }
-    auto y = cachedAttention(q, k, v, is_training() ? dropout : 0.0, n_kv_head != n_head);
+    auto y = cachedAttention(q, k, v, is_training() ? dropout : 0.0, n_kv_head != n_head, window);
     auto out = o_proj(y.transpose(1, 2).contiguous().view({b, t, n_head * head_size}));
     return tp ? leaveTensorParallel(out, *tp) : out;
   }
   int64_t n_head, n_kv_head, head_size;  // this rank's heads
+  int64_t window;                        // keys a query sees; 0: all before it
   double dropout;
   std::shared_ptr<RotaryTables> rotary;
   Tp tp;
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RmsNorm q_norm{nullptr}, k_norm{nullptr};
 };
 TORCH_MODULE(Attention);
 
@@ -164,8 +175,9 @@ struct SwiGluImpl : torch::nn::Module {
 TORCH_MODULE(SwiGlu);
 
 struct DecoderLayerImpl : torch::nn::Module, CachedLayer, RepeatedBlock {
-  DecoderLayerImpl(const config::ModelConfig& c, std::shared_ptr<RotaryTables> rotary, Tp tp) {
-    self_attn = register_module("self_attn", Attention(c, std::move(rotary), tp));
+  DecoderLayerImpl(const config::ModelConfig& c, const LlamaBlock& block,
+                   std::shared_ptr<RotaryTables> rotary, Tp tp) {
+    self_attn = register_module("self_attn", Attention(c, block, std::move(rotary), tp));
     mlp = register_module("mlp", SwiGlu(c.n_embd, c.intermediate_size, tp));
     input_layernorm = register_module("input_layernorm", RmsNorm(c.n_embd, c.norm_eps));
     post_attention_layernorm =
@@ -212,16 +224,16 @@ TORCH_MODULE(Head);
 }  // namespace
 
 Layerwise llamaLayers(const config::ModelConfig& cfg, const std::vector<int64_t>& shape,
-                      int64_t vocab, std::shared_ptr<TensorParallelism> tp) {
+                      int64_t vocab, std::shared_ptr<TensorParallelism> tp, LlamaBlock block) {
   if (shape.size() != 1)
     throw UsageError(fmt::format(
-        "model llama: expected token sequences (data.dataset: text or tokens), got inputs of {} "
+        "model {}: expected token sequences (data.dataset: text or tokens), got inputs of {} "
         "dimensions",
-        shape.size()));
+        cfg.name, shape.size()));
   if (shape[0] > cfg.block_size)
-    throw UsageError(fmt::format("model llama: sequences of {} tokens exceed model.block_size {}",
-                                 shape[0], cfg.block_size));
-  const int64_t head_size = cfg.n_embd / cfg.n_head;
+    throw UsageError(fmt::format("model {}: sequences of {} tokens exceed model.block_size {}",
+                                 cfg.name, shape[0], cfg.block_size));
+  const int64_t head_size = llama::headDim(cfg);
   auto rotary = std::make_shared<RotaryTables>(head_size, cfg.rope_theta);
   Layerwise f;
   using Built = const torch::nn::Sequential&;
@@ -230,7 +242,7 @@ Layerwise llamaLayers(const config::ModelConfig& cfg, const std::vector<int64_t>
   });
   for (int64_t i = 0; i < cfg.n_layer; ++i)
     f.layers.emplace_back(
-        [=](Built) { return torch::nn::AnyModule(DecoderLayer(cfg, rotary, tp)); });
+        [=](Built) { return torch::nn::AnyModule(DecoderLayer(cfg, block, rotary, tp)); });
   f.layers.emplace_back(
       [=](Built) { return torch::nn::AnyModule(RmsNorm(cfg.n_embd, cfg.norm_eps)); });
   f.layers.emplace_back([=](Built built) {
@@ -266,7 +278,25 @@ Layerwise llamaLayers(const config::ModelConfig& cfg, const std::vector<int64_t>
     if (!tied) tree.emplace_back("lm_head", seq->ptr(static_cast<size_t>(n_layer + 2)));
     return Classifier(seq, std::move(tree), std::move(prefixes));
   };
+  if (block.qk_norm)  // each rank normalises its own heads: their gradients are partial
+    f.partial_gradients = [](const std::string& name) {
+      return name.find("self_attn.q_norm.") != std::string::npos ||
+             name.find("self_attn.k_norm.") != std::string::npos;
+    };
   return f;
 }
+
+namespace llama {
+
+ModelBuilder builder() {
+  ModelBuilder b;
+  b.layers = [](const config::ModelConfig& cfg, const std::vector<int64_t>& shape, int64_t vocab,
+                std::shared_ptr<TensorParallelism> tp) {
+    return llamaLayers(cfg, shape, vocab, std::move(tp), {});
+  };
+  return b;
+}
+
+}  // namespace llama
 
 }  // namespace ltrain::models

@@ -1,6 +1,9 @@
 // Multi-layer perceptron: flatten, then Linear -> activation [-> dropout] per hidden size.
+#include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "ltrain/common/errors.h"
+#include "ltrain/models/builder.h"
 #include "ltrain/models/layers.h"
 
 namespace ltrain::models {
@@ -17,3 +20,19 @@ torch::nn::Sequential buildMlp(const config::ModelConfig& cfg, const std::vector
 }
 
 }  // namespace ltrain::models
+
+namespace ltrain::models::mlp {
+
+ModelBuilder builder() {
+  ModelBuilder b;
+  // The MLP flattens whatever it gets: images, or a table's feature vectors.
+  b.build = [](const config::ModelConfig& cfg, const std::vector<int64_t>& shape, int64_t classes,
+               bool) {
+    if (shape.empty())
+      throw UsageError("model mlp: expected inputs [C, H, W] or [F], got 0 dimensions");
+    return Classifier(buildMlp(cfg, shape, classes));
+  };
+  return b;
+}
+
+}  // namespace ltrain::models::mlp

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/models/builder.h"
 #include "ltrain/models/layers.h"
 
 namespace ltrain::models {
@@ -39,3 +40,21 @@ torch::nn::Sequential buildCnn(const config::ModelConfig& cfg, const std::vector
 }
 
 }  // namespace ltrain::models
+
+namespace ltrain::models::cnn {
+
+ModelBuilder builder() {
+  ModelBuilder b;
+  b.build = [](const config::ModelConfig& cfg, const std::vector<int64_t>& shape, int64_t classes,
+               bool) {
+    if (shape.size() != 3)
+      throw UsageError(
+          fmt::format("model cnn: expected inputs [C, H, W], got {} dimensions", shape.size()));
+    Classifier c(buildCnn(cfg, shape, classes));
+    if (cfg.channels_last) c->useChannelsLast();
+    return c;
+  };
+  return b;
+}
+
+}  // namespace ltrain::models::cnn

@@ -1,4 +1,4 @@
-#include "ltrain/models/layer_graph.h"
+#include "ltrain/models/layers/layer_graph.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -9,6 +9,8 @@
 #include <map>
 #include <numeric>
 #include <set>
+
+#include "ltrain/models/builder.h"
 
 namespace ltrain::models {
 namespace {
@@ -640,3 +642,16 @@ std::string layerSummary(const LayerGraph& g, const Shape& input_shape) {
 }
 
 }  // namespace ltrain::models
+
+namespace ltrain::models::layers {
+
+ModelBuilder builder() {
+  ModelBuilder b;
+  b.build = [](const config::ModelConfig& cfg, const std::vector<int64_t>& shape, int64_t classes,
+               bool tokens) {
+    return Classifier(buildLayerGraph(cfg.layers, shape, classes, tokens).seq);
+  };
+  return b;
+}
+
+}  // namespace ltrain::models::layers

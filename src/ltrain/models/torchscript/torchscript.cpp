@@ -12,6 +12,7 @@
 #include <filesystem>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/models/builder.h"
 #include "ltrain/models/model.h"
 
 namespace ltrain::models {
@@ -113,3 +114,14 @@ Classifier loadTorchScript(const std::string& path, const std::vector<int64_t>& 
 }
 
 }  // namespace ltrain::models
+
+namespace ltrain::models::torchscript {
+
+ModelBuilder builder() {
+  ModelBuilder b;
+  b.build = [](const config::ModelConfig& cfg, const std::vector<int64_t>& shape, int64_t classes,
+               bool tokens) { return loadTorchScript(cfg.path, shape, classes, tokens); };
+  return b;
+}
+
+}  // namespace ltrain::models::torchscript

@@ -1,0 +1,19 @@
+// model.name qwen3: llama's layers with an RMSNorm over each query and key head
+// (transformers' Qwen3ForCausalLM, whose parameter names they carry).
+#include <torch/torch.h>
+
+#include "ltrain/models/builder.h"
+#include "ltrain/models/llama/llama.h"
+
+namespace ltrain::models::qwen3 {
+
+ModelBuilder builder() {
+  ModelBuilder b;
+  b.layers = [](const config::ModelConfig& cfg, const std::vector<int64_t>& shape, int64_t vocab,
+                std::shared_ptr<TensorParallelism> tp) {
+    return llamaLayers(cfg, shape, vocab, std::move(tp), {/*qk_norm=*/true, 0});
+  };
+  return b;
+}
+
+}  // namespace ltrain::models::qwen3
