@@ -133,6 +133,37 @@ TEST_CASE("dist.tensor_parallel 2 and dp 2 x tp 2 train gpt and llama as one pro
   }
 }
 
+TEST_CASE("dist.tensor_parallel 2 trains qwen3 and mistral as one process does", "[dist]") {
+  // qwen3's per-head query and key norms see only a rank's heads: their gradients are summed
+  // over the group (without sequence parallelism too), or the ranks' copies would part.
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 4\n");
+  ltrain::test::writeText(dir / "t.txt", ltrain::test::textCorpus(800));
+  const std::map<std::string, std::vector<std::string>> family{
+      {"qwen3", {"model.head_dim=12", "model.tie_weights=false"}},
+      {"mistral", {"model.sliding_window=8", "model.tie_weights=true"}}};
+  for (const auto& [model, keys] : family) {
+    DYNAMIC_SECTION(model) {
+      auto with = [&](std::vector<std::string> more) {
+        more.insert(more.end(), {"model.n_kv_head=2", "model.intermediate_size=64"});
+        more.insert(more.end(), keys.begin(), keys.end());
+        return more;
+      };
+      const std::string one = dir / (model + "-one"), tp = dir / (model + "-tp2"),
+                        sp = dir / (model + "-tp2-sp");
+      requireRan(runLtrain(run(dir, one, 1, model, with({}))));
+      requireRan(runLtrain(run(dir, tp, 2, model, with({"dist.tensor_parallel=2"}))));
+      checkLosses(one, tp, 1e-5);
+      CHECK(weightDiff(one, tp) < 1e-5);
+      requireRan(runLtrain(
+          run(dir, sp, 2, model, with({"dist.tensor_parallel=2", "dist.sequence_parallel=true"}))));
+      checkLosses(one, sp, 1e-5);
+      CHECK(weightDiff(one, sp) < 1e-5);
+      CHECK(summaryValue(tp, "train_loss") < 3.0);
+    }
+  }
+}
+
 TEST_CASE("a tensor-parallel checkpoint resumes on other splits; generate, export and init_from",
           "[dist]") {
   TempDir dir;

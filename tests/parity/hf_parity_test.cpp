@@ -51,6 +51,47 @@ ltrain::config::LoadedConfig hfConfig(const std::string& dir, const std::string&
   return ltrain::config::loadConfigText(
       "data: {dataset: tokens}\nmodel:\n  init_from: " + dir + "\n" + extra, "test.yaml", {});
 }
+
+// The model `m` (read from the transformers directory `hf`) built by ltrain: transformers' logits
+// within 1e-5, and a ZeRO-3 (deferred) build reading half of each parameter reads exactly what
+// the whole load reads.
+void checkLoadsAsTransformers(const TempDir& dir, const std::string& hf,
+                              const ltrain::config::ModelConfig& m) {
+  torch::manual_seed(1);
+  auto model = ltrain::models::build(m, {std::min<int64_t>(m.block_size, 64)}, m.vocab_size, true);
+  ltrain::models::loadInitialWeights(model, m);
+  model->eval();
+  auto ids = torch::randint(96, {2, 24}, torch::kLong);
+  auto mine = model->forward(ids).detach();
+  const double diff = maxDiff(mine, theirLogits(dir, hf, ids));
+  INFO("max abs logit difference " << diff);
+  CHECK(diff <= 1e-5);
+
+  // dist.zero 3's way in: a model without parameter memory reads, layer by layer, only the
+  // elements a rank keeps (here the second half of each parameter, GPT-2's transposed Conv1D
+  // matrices included, from one file or from shards): exactly the whole load's.
+  auto deferred = ltrain::models::build(m, {std::min<int64_t>(m.block_size, 64)}, m.vocab_size,
+                                        true, /*deferred=*/true);
+  ltrain::models::loadInitialWeights(deferred, m);
+  REQUIRE(deferred->deferred);
+  torch::NoGradGuard no_grad;
+  auto half = [](const torch::Tensor& p) {
+    return std::pair<int64_t, int64_t>{p.numel() / 2, p.numel()};
+  };
+  for (size_t i = 0; i < deferred->layers->size(); ++i) {
+    auto& layer = *deferred->layers->ptr(i);
+    for (auto& p : layer.parameters()) p.set_data(torch::zeros(p.sizes(), p.options()));
+    deferred->deferred->fill(i, layer, half);
+  }
+  const auto whole = model->named_parameters(), part = deferred->named_parameters();
+  REQUIRE(whole.size() == part.size());
+  for (size_t i = 0; i < whole.size(); ++i) {
+    INFO(whole[i].key());
+    const auto w = whole[i].value().reshape(-1), d = part[i].value().reshape(-1);
+    const int64_t n = w.numel();
+    CHECK(torch::equal(w.narrow(0, n / 2, n - n / 2), d.narrow(0, n / 2, n - n / 2)));
+  }
+}
 }  // namespace
 
 TEST_CASE("ltrain loads transformers' Llama and GPT-2 checkpoints and gives their logits",
@@ -84,41 +125,44 @@ TEST_CASE("ltrain loads transformers' Llama and GPT-2 checkpoints and gives thei
       CHECK(m.block_size == 64);
       CHECK(m.gelu == ltrain::config::Gelu::kTanh);  // GPT-2's gelu_new
     }
-    torch::manual_seed(1);
-    auto model =
-        ltrain::models::build(m, {std::min<int64_t>(m.block_size, 64)}, m.vocab_size, true);
-    ltrain::models::loadInitialWeights(model, m);
-    model->eval();
-    auto ids = torch::randint(96, {2, 24}, torch::kLong);
-    auto mine = model->forward(ids).detach();
-    const double diff = maxDiff(mine, theirLogits(dir, hf, ids));
-    INFO("max abs logit difference " << diff);
-    CHECK(diff <= 1e-5);
+    checkLoadsAsTransformers(dir, hf, m);
+  }
+}
 
-    // dist.zero 3's way in: a model without parameter memory reads, layer by layer, only the
-    // elements a rank keeps (here the second half of each parameter, GPT-2's transposed Conv1D
-    // matrices included, from one file or from shards): exactly the whole load's.
-    auto deferred = ltrain::models::build(m, {std::min<int64_t>(m.block_size, 64)}, m.vocab_size,
-                                          true, /*deferred=*/true);
-    ltrain::models::loadInitialWeights(deferred, m);
-    REQUIRE(deferred->deferred);
-    torch::NoGradGuard no_grad;
-    auto half = [](const torch::Tensor& p) {
-      return std::pair<int64_t, int64_t>{p.numel() / 2, p.numel()};
-    };
-    for (size_t i = 0; i < deferred->layers->size(); ++i) {
-      auto& layer = *deferred->layers->ptr(i);
-      for (auto& p : layer.parameters()) p.set_data(torch::zeros(p.sizes(), p.options()));
-      deferred->deferred->fill(i, layer, half);
+TEST_CASE("ltrain loads transformers' Qwen3 and Mistral checkpoints and gives their logits",
+          "[parity][hf]") {
+  TempDir dir;
+  struct Case {
+    std::string name, make;
+    std::vector<std::string> flags;
+  };
+  for (const auto& c : std::vector<Case>{
+           {"qwen3", "make-qwen3", {"--seed", "7"}},
+           {"qwen3-tied", "make-qwen3", {"--tied", "--seed", "8"}},
+           {"mistral-window-8", "make-mistral", {"--window", "8", "--seed", "9"}},
+           {"mistral-tied-window-64", "make-mistral", {"--tied", "--window", "64"}}}) {
+    INFO(c.name);
+    const std::string hf = dir / c.name;
+    std::vector<std::string> make{c.make, hf, "--vocab", "96"};
+    make.insert(make.end(), c.flags.begin(), c.flags.end());
+    python(make);
+    auto lc = hfConfig(hf);
+    const auto& m = lc.cfg.model;
+    CHECK(m.name == (c.make == "make-qwen3" ? "qwen3" : "mistral"));
+    CHECK(m.vocab_size == 96);
+    CHECK(m.n_kv_head == 2);
+    CHECK(m.tie_weights == (c.name.find("tied") != std::string::npos));
+    if (m.name == "qwen3") {
+      CHECK(m.head_dim == 16);  // wider than 32 / 4
+      CHECK(m.norm_eps == 1e-6);
+      CHECK(m.rope_theta == 1e6);
+      CHECK(lc.sources.at("model.head_dim") == hf + "/config.json (head_dim)");
+    } else {
+      CHECK(m.head_dim == 0);
+      CHECK(m.sliding_window == (c.name == "mistral-window-8" ? 8 : 64));
     }
-    const auto whole = model->named_parameters(), part = deferred->named_parameters();
-    REQUIRE(whole.size() == part.size());
-    for (size_t i = 0; i < whole.size(); ++i) {
-      INFO(whole[i].key());
-      const auto w = whole[i].value().reshape(-1), d = part[i].value().reshape(-1);
-      const int64_t n = w.numel();
-      CHECK(torch::equal(w.narrow(0, n / 2, n - n / 2), d.narrow(0, n / 2, n - n / 2)));
-    }
+    // 24 positions: a window of 8 masks most keys of the later queries, one of 64 none.
+    checkLoadsAsTransformers(dir, hf, m);
   }
 }
 
@@ -163,7 +207,7 @@ TEST_CASE(
        "/usr/share/games/fortunes/cookie", "--out", dir / "data", "--vocab-size", "320"});
   INFO(prep.err);
   REQUIRE(prep.exit_code == 0);
-  for (const std::string arch : {"llama", "gpt2"}) {
+  for (const std::string arch : {"llama", "gpt2", "qwen3", "mistral"}) {
     INFO(arch);
     const std::string hf = dir / (arch + "-in");
     python({"make-" + arch, hf, "--vocab", "320", "--seed", "11"});
@@ -173,7 +217,7 @@ TEST_CASE(
                   (dir / "data") +
                   ", batch_size: 8, eval_batch_size: 16}\n"
                   "model: {init_from: " +
-                  hf + (arch == "llama" ? ", block_size: 32" : "") +
+                  hf + (arch != "gpt2" ? ", block_size: 32" : "") +
                   "}\n"
                   "optimizer: {name: adamw, lr: 0.003, weight_decay: 0.1}\n"
                   "train: {max_steps: 6, log_every: 2, eval_every: 0, threads: 1}\n");

@@ -3,6 +3,8 @@ locally (no downloads), runs them, and trains and applies tokenizers with the `t
 
   hf_tools.py make-llama DIR --vocab V [--tied] [--shards] [--seed S]
   hf_tools.py make-gpt2 DIR --vocab V [--seed S]
+  hf_tools.py make-qwen3 DIR --vocab V [--tied] [--seed S]    (head_dim 16, wider than 32 / 4)
+  hf_tools.py make-mistral DIR --vocab V [--tied] [--seed S] [--window W]
   hf_tools.py logits DIR IDS.safetensors OUT.safetensors     (transformers' logits for ids)
   hf_tools.py generate DIR TOKENIZER PROMPT N                 (greedy; prints prompt + text)
   hf_tools.py make-tokenizer OUT {gpt2,llama3} VOCAB FILE...  (a byte-level BPE tokenizer.json)
@@ -46,6 +48,39 @@ def make_llama(d, args):
                 p.add_(0.1 * torch.randn_like(p))
     # A tiny max_shard_size splits the weights into several files and an index.
     model.save_pretrained(d, max_shard_size="20KB" if flag(args, "--shards") else "10GB")
+
+
+def perturb_norms(model):
+    with torch.no_grad():  # norms away from their ones, so that a missed weight shows
+        for n, p in model.named_parameters():
+            if "norm" in n:
+                p.add_(0.1 * torch.randn_like(p))
+
+
+def make_qwen3(d, args):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    torch.manual_seed(value(args, "--seed", 0))
+    # head_dim 16 with 4 heads of a 32-wide model: Qwen3's heads are wider than hidden / heads.
+    cfg = Qwen3Config(vocab_size=value(args, "--vocab", 64), hidden_size=32, intermediate_size=80,
+                      num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+                      max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                      tie_word_embeddings=flag(args, "--tied"), bos_token_id=None, eos_token_id=None)
+    model = Qwen3ForCausalLM(cfg)
+    perturb_norms(model)
+    model.save_pretrained(d)
+
+
+def make_mistral(d, args):
+    from transformers import MistralConfig, MistralForCausalLM
+    torch.manual_seed(value(args, "--seed", 0))
+    cfg = MistralConfig(vocab_size=value(args, "--vocab", 64), hidden_size=32, intermediate_size=80,
+                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                        max_position_embeddings=128, rms_norm_eps=1e-5, rope_theta=10000.0,
+                        sliding_window=value(args, "--window", 8),
+                        tie_word_embeddings=flag(args, "--tied"), bos_token_id=None, eos_token_id=None)
+    model = MistralForCausalLM(cfg)
+    perturb_norms(model)
+    model.save_pretrained(d)
 
 
 def make_gpt2(d, args):
@@ -138,6 +173,10 @@ def main():
         make_llama(args[0], args[1:])
     elif cmd == "make-gpt2":
         make_gpt2(args[0], args[1:])
+    elif cmd == "make-qwen3":
+        make_qwen3(args[0], args[1:])
+    elif cmd == "make-mistral":
+        make_mistral(args[0], args[1:])
     elif cmd == "logits":
         logits(*args)
     elif cmd == "generate":

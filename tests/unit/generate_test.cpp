@@ -31,10 +31,12 @@ std::vector<int64_t> uncached(ltrain::models::Classifier& m, int64_t block,
 }  // namespace
 
 TEST_CASE("greedy generation with the KV cache equals recomputing the whole context") {
-  for (const std::string name : {"gpt", "llama"}) {
+  for (const std::string name : {"gpt", "llama", "qwen3", "mistral"}) {
     INFO(name);
     auto cfg = ltrain::config::defaults();
     cfg.model.name = name;
+    cfg.model.head_dim = name == "qwen3" ? 12 : 0;
+    cfg.model.sliding_window = name == "mistral" ? 6 : 0;  // keys beyond 6 back are masked
     cfg.model.n_layer = 2;
     cfg.model.n_head = 4;
     cfg.model.n_kv_head = 2;

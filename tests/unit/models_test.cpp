@@ -102,18 +102,21 @@ TEST_CASE("optimizer.decay matrices decays weights of 2+ dimensions only, the de
 // dist.zero 3 builds gpt and llama without parameter memory and makes each layer's values when
 // the plan shards it: the values must be the whole build's, bit for bit, for the same seed, and
 // the generator must end where the whole build leaves it (dropout draws come after).
-TEST_CASE("a deferred gpt or llama build makes the whole build's weights bit for bit") {
+TEST_CASE(
+    "a deferred gpt, llama, qwen3 or mistral build makes the whole build's weights bit for bit") {
   auto cfg = ltrain::config::defaults();
   cfg.model.n_layer = 3;
   cfg.model.n_head = 2;
   cfg.model.n_embd = 16;
   cfg.model.block_size = 8;
-  for (std::string name : {"gpt", "llama"})
+  for (std::string name : {"gpt", "llama", "qwen3", "mistral"})
     for (bool tied : {true, false}) {
       INFO(name << (tied ? " tied" : " untied"));
       cfg.model.name = name;
       cfg.model.tie_weights = tied;
-      if (name == "llama") cfg.model.intermediate_size = 24;
+      if (name != "gpt") cfg.model.intermediate_size = 24;
+      cfg.model.head_dim = name == "qwen3" ? 12 : 0;  // its per-head norms 12 wide
+      cfg.model.sliding_window = name == "mistral" ? 4 : 0;
       torch::manual_seed(7);
       auto whole = ltrain::models::build(cfg.model, {8}, 11, true);
       const auto after_whole = torch::rand({4});
