@@ -128,6 +128,9 @@ fmnist=${LTRAIN_FASHION_MNIST_DIR:-/usr/share/datasets/fashion-mnist}
   fail "Fashion-MNIST not found in $fmnist (scripts/fetch_gpu_debs.sh downloads dataset-fashion-mnist into .debs/)"
 steps="$build/gpu-check-steps"
 [ $fresh -eq 1 ] && rm -rf "$steps"
+# --build-only (scripts/test.sh's prebuild) brings the tree up to the sources each time: ninja
+# compiles only what changed.
+[ $build_only -eq 1 ] && rm -f "$steps/build"
 mkdir -p "$steps"
 torch_version=$("$PY" -c 'import torch; print(torch.__version__)')
 log "machine: $machine; torch $torch_version; nvcc $("$nvcc" --version | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
