@@ -18,6 +18,7 @@ struct ModelFamily {
   bool needs_images = false;     // inputs [C, H, W] only
   bool repeated_blocks = false;  // train.activation_checkpointing recomputes its blocks
   bool tensor_parallel = false;  // dist.tensor_parallel splits it
+  bool layer_summary = false;    // the start of a run lists its layers as written, one a line
 };
 
 // Every family, in the order model.name's help lists them.

@@ -1,12 +1,15 @@
 #include "ltrain/config/validate.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
 #include "ltrain/common/errors.h"
 #include "ltrain/config/model_families.h"
+#include "ltrain/config/schema.h"
 #include "ltrain/models/spec.h"
 
 namespace ltrain::config {
@@ -14,7 +17,11 @@ namespace ltrain::config {
 DataKind dataKind(const std::string& dataset) {
   if (dataset == "text" || dataset == "tokens") return DataKind::kTokens;
   if (dataset == "csv") return DataKind::kFeatures;
-  return DataKind::kImages;
+  // Every other dataset the schema knows holds images; a name it does not know is no image set.
+  const auto& known = findOption("data.dataset")->choices;
+  if (std::find(known.begin(), known.end(), dataset) != known.end()) return DataKind::kImages;
+  throw UsageError(fmt::format("data.dataset: unknown dataset '{}', expected {}", dataset,
+                               fmt::join(known, "|")));
 }
 
 void refuse(const LoadedConfig& lc, const std::string& key, const std::string& why) {

@@ -17,6 +17,7 @@
 #include <stdexcept>
 
 #include "ltrain/distributed/gradients.h"
+#include "ltrain/distributed/mesh.h"
 #include "ltrain/distributed/optimizer_state.h"
 #include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/distributed/process_group.h"
@@ -67,11 +68,11 @@ class TensorParallelPlan final : public ParallelPlan, private PlanState {
     const int64_t n = tp_->size, world = s.pg->runtime().world_size, rank = s.pg->runtime().rank;
     if (world % n != 0)
       throw std::logic_error("tensor parallel: the world is not a multiple of the group");
-    std::vector<int64_t> tp_ranks, dp_ranks;
-    for (int64_t i = 0; i < n; ++i) tp_ranks.push_back(rank / n * n + i);
-    for (int64_t i = rank % n; i < world; i += n) dp_ranks.push_back(i);
-    tp_pg_ = s.pg->subgroupOf(fmt::format("tp{}", rank / n), tp_ranks);
-    if (dp_ranks.size() > 1) dp_pg_ = s.pg->subgroupOf(fmt::format("dp{}", rank % n), dp_ranks);
+    const Mesh mesh{rank, world, n};
+    const auto tp_ranks = mesh.tpGroup(), dp_ranks = mesh.dpGroup();
+    tp_pg_ = s.pg->subgroupOf(fmt::format("tp{}", mesh.dpRank()), tp_ranks);
+    if (dp_ranks.size() > 1)
+      dp_pg_ = s.pg->subgroupOf(fmt::format("dp{}", mesh.tpRank()), dp_ranks);
     dp_ = static_cast<int64_t>(dp_ranks.size());
     tp_->group = std::make_shared<GroupCollectives>(tp_pg_);
     // Built deferred (dist.zero 3 over two replicas or more), ZeRO-3 makes each layer's part as it

@@ -278,6 +278,10 @@ class PartValues final : public DeferredValues {
 
 }  // namespace
 
+Classifier wholeModel(const Classifier& model) {
+  return model->tp ? model->tp->whole : model;
+}
+
 Classifier buildTensorParallel(const config::ModelConfig& cfg,
                                const std::vector<int64_t>& input_shape, int64_t num_classes,
                                int64_t rank, int64_t size, bool deferred, bool sequence_parallel) {

@@ -76,6 +76,10 @@ struct TensorParallelism {
 };
 
 // How many ranks share each split parameter: 1 without tensor parallelism.
+// The whole model a tensor-parallel one is a rank's part of (its deferred twin: names, shapes,
+// values by layer), or the model itself: what checkpoints, init_from and counts read.
+Classifier wholeModel(const Classifier& model);
+
 inline int64_t tensorParallelSize(const std::shared_ptr<TensorParallelism>& tp) {
   return tp ? tp->size : 1;
 }

@@ -10,6 +10,7 @@
 #include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/data/loader.h"
+#include "ltrain/distributed/mesh.h"
 #include "ltrain/io/safetensors.h"
 #include "ltrain/models/tensor_parallel.h"
 #include "ltrain/train/loss.h"
@@ -31,8 +32,8 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
   const auto& rt = pg ? pg->runtime() : distributed::Runtime{};
   // The ranks of a tensor-parallel group run one forward together: they take the same shard (and
   // its sums count once per rank of the group, in the numerator and the count alike).
-  const int64_t group = model->tp ? model->tp->size : 1;
-  const int64_t shard = rt.rank / group, shards = rt.world_size / group;
+  const distributed::Mesh mesh{rt.rank, rt.world_size, model->tp ? model->tp->size : 1};
+  const int64_t shard = mesh.dpRank(), shards = mesh.dp();
   const int64_t begin = ds.size() * shard / shards;
   const int64_t end = ds.size() * (shard + 1) / shards;
   std::vector<int64_t> order(end - begin);

@@ -24,10 +24,12 @@
 #include "ltrain/common/memory.h"
 #include "ltrain/common/memory_phase.h"
 #include "ltrain/common/stop_signal.h"
+#include "ltrain/config/model_families.h"
 #include "ltrain/config/validate.h"
 #include "ltrain/data/distributed_sampler.h"
 #include "ltrain/data/loader.h"
 #include "ltrain/data/text.h"
+#include "ltrain/distributed/mesh.h"
 #include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/io/safetensors.h"
@@ -73,8 +75,9 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
         rt_.world_size));
   preflight(lc);
   checkTensorParallelRanks();
-  data_world_ = rt_.world_size / cfg_.dist.tensor_parallel;
-  data_rank_ = rt_.rank / cfg_.dist.tensor_parallel;
+  const distributed::Mesh mesh{rt_.rank, rt_.world_size, cfg_.dist.tensor_parallel};
+  data_world_ = mesh.dp();  // a tensor-parallel group reads one shard of the data together
+  data_rank_ = mesh.dpRank();
   devices_ = chooseDevices(cfg_, rt_);
   bindDevice(devices_.main);
   distributed::chooseBackend(cfg_.dist.backend, devices_.main);  // fails now if it cannot serve
@@ -105,7 +108,7 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   if (!cfg_.model.init_from.empty()) {
     MemoryPhase phase("init_from");  // a deferred model only checks the files' headers here
     // Under tensor parallelism the whole model's twin reads the file: each rank keeps its part.
-    auto into = model_->tp ? model_->tp->whole : model_;
+    auto into = models::wholeModel(model_);
     models::loadInitialWeights(into, cfg_.model);
   }
   if (const int64_t every = config::activationCheckpointEvery(cfg_.train); every > 0)
@@ -121,9 +124,8 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
         fmt::format("data.batch_size {} with data.drop_last leaves no batch from the {} "
                     "training examples per process",
                     cfg_.data.batch_size, sampler_->numSamples()));
-  flops_per_token_ =
-      flopsPerToken(cfg_.model, models::parameterCount(model_->tp ? *model_->tp->whole : *model_),
-                    splits_.train.num_classes);
+  flops_per_token_ = flopsPerToken(cfg_.model, models::parameterCount(*models::wholeModel(model_)),
+                                   splits_.train.num_classes);
   // The peak of all the devices the job trains on: each rank's, times its pipeline stages.
   peak_flops_ =
       peakFlops(cfg_.train, devices_.main.is_cuda() ? "cuda" : "cpu", devices_.main.index()) *
@@ -233,7 +235,7 @@ void Trainer::announce() {
   reporter_.info(fmt::format(
       "{}: {} with {} parameters{}, {} training / {} {} {}, {} steps, {} process(es) of {} "
       "thread(s){}",
-      cfg_.name, cfg_.model.name, models::parameterCount(model_->tp ? *model_->tp->whole : *model_),
+      cfg_.name, cfg_.model.name, models::parameterCount(*models::wholeModel(model_)),
       model_->tp ? fmt::format(" ({} per tensor-parallel rank)", models::parameterCount(*model_))
                  : "",
       train.size(), splits_.test.size(), heldOutName(splits_.test),
@@ -244,7 +246,7 @@ void Trainer::announce() {
   if (cfg_.dist.strategy == config::Strategy::kDp)
     reporter_.info(fmt::format("dist.strategy dp: {} replica(s), on {} first",
                                devices_.replicas.size(), devices_.main.str()));
-  if (cfg_.model.name == "layers") {  // the network as written, one line a layer
+  if (config::modelFamily(cfg_.model.name).layer_summary) {  // the network as written
     torch::NoGradGuard no_grad;
     std::istringstream table(
         models::modelSummary(cfg_.model, train.exampleShape(), train.num_classes, train.tokens));

@@ -46,7 +46,7 @@ bool Trainer::resumeAndSpread(const distributed::ParallelPlan::MakeOptimizer& ma
       }
       converted = from;
     }
-    auto into = model_->tp ? model_->tp->whole : model_;
+    auto into = models::wholeModel(model_);
     shards = checkpoint::resumeDeferred(from, into, *whole, parts());
   };
   bool resumed = false;

@@ -17,7 +17,7 @@ std::vector<config::Option> options() {
 
 ModelSpec spec() {
   ModelSpec s;
-  s.traits = {"layers", false, true, false, false, false};
+  s.traits = {"layers", false, true, false, false, false, /*layer_summary=*/true};
   s.help = "layers (a network written in model.layers)";
   s.options = options;
   return s;
