@@ -16,9 +16,8 @@ namespace ltrain::checkpoint {
 // one at a time: the whole model is never in one place. A failed write does not leave the gathers
 // early (the others are still in them); once every unit went by, every rank learns of it and raises
 // it, so that no rank goes on into the next step alone.
-void Checkpointer::saveWeightsStreaming(models::Classifier& model, distributed::PlanState& plan,
-                                        const std::vector<distributed::UnitShard>& units,
-                                        int64_t step) {
+void Checkpointer::saveWeightsStreaming(models::Classifier& model, PlanState& plan,
+                                        const std::vector<UnitShard>& units, int64_t step) {
   std::unique_ptr<io::SafetensorsStream> out;
   std::exception_ptr failure;
   if (main_) {
@@ -58,7 +57,7 @@ void Checkpointer::saveWeightsStreaming(models::Classifier& model, distributed::
                              "/model.safetensors (its log says why)");
 }
 
-void Checkpointer::save(models::Classifier& model, distributed::PlanState& plan, int64_t step,
+void Checkpointer::save(models::Classifier& model, PlanState& plan, int64_t step,
                         const Components& parts) {
   const std::string dir = run_dir_ + "/checkpoints";
   // Where the parameters are sharded (always so on every rank of a run), no rank holds the

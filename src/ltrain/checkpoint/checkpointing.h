@@ -9,8 +9,12 @@
 #include <string>
 
 #include "ltrain/checkpoint/checkpoint.h"
-#include "ltrain/distributed/parallel_plan.h"
+#include "ltrain/checkpoint/plan_state.h"
 #include "ltrain/models/model.h"
+
+namespace ltrain::distributed {
+class ProcessGroup;
+}
 
 namespace ltrain::checkpoint {
 
@@ -21,14 +25,13 @@ class Checkpointer {
                distributed::ProcessGroup* pg = nullptr)
       : run_dir_(std::move(run_dir)), keep_(keep), main_(main_rank), pg_(pg) {}
   // Collective: every rank calls it after step `step`, with the same components.
-  void save(models::Classifier& model, distributed::PlanState& plan, int64_t step,
-            const Components& parts);
+  void save(models::Classifier& model, PlanState& plan, int64_t step, const Components& parts);
   // The checkpoint the last save wrote.
   const std::string& lastSaved() const { return last_saved_; }
 
  private:
-  void saveWeightsStreaming(models::Classifier& model, distributed::PlanState& plan,
-                            const std::vector<distributed::UnitShard>& units, int64_t step);
+  void saveWeightsStreaming(models::Classifier& model, PlanState& plan,
+                            const std::vector<UnitShard>& units, int64_t step);
   std::string run_dir_;
   int64_t keep_;
   bool main_;

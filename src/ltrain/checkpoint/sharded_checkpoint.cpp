@@ -256,8 +256,8 @@ std::shared_ptr<const ShardedCheckpointReader> resumeDeferred(const std::string&
   return ckpt;
 }
 
-distributed::PlanState::RangeSource rangeSource(std::shared_ptr<const ShardedCheckpointReader> r) {
-  distributed::PlanState::RangeSource s;
+PlanState::RangeSource rangeSource(std::shared_ptr<const ShardedCheckpointReader> r) {
+  PlanState::RangeSource s;
   s.state_names = [r](const std::string& p) { return r->stateNames(p); };
   s.step = [r](const std::string& p) { return r->optimizerStep(p); };
   s.read = [r](const std::string& p, const std::string& what, int64_t b, int64_t e) {

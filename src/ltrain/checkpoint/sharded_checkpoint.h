@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "ltrain/checkpoint/checkpoint.h"
-#include "ltrain/distributed/parallel_plan.h"
+#include "ltrain/checkpoint/plan_state.h"
 #include "ltrain/io/json.h"
 #include "ltrain/models/model.h"
 
@@ -49,8 +49,7 @@ void removeShardedCheckpoint(const std::string& dir);
 
 // Collective: every rank passes its units. std::runtime_error naming the directory (and, on the
 // rank that failed, the file) when any rank cannot write; the previous checkpoints stay.
-void saveShardedCheckpoint(const std::string& path,
-                           const std::vector<distributed::UnitShard>& units,
+void saveShardedCheckpoint(const std::string& path, const std::vector<UnitShard>& units,
                            torch::nn::Module& model, const Components& parts,
                            distributed::ProcessGroup& pg);
 
@@ -108,7 +107,7 @@ std::shared_ptr<const ShardedCheckpointReader> resumeDeferred(const std::string&
                                                               const torch::optim::Optimizer& opt,
                                                               const Components& parts);
 // The reader as the plan reads optimizer state.
-distributed::PlanState::RangeSource rangeSource(std::shared_ptr<const ShardedCheckpointReader> r);
+PlanState::RangeSource rangeSource(std::shared_ptr<const ShardedCheckpointReader> r);
 
 // Into `model`, `parts` and, when given, `opt` (CPU tensors, as loadCheckpoint gives).
 // UsageError naming the checkpoint when it is incomplete, corrupt, or another model's or

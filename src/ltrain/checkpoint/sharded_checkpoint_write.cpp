@@ -37,7 +37,7 @@ ComponentStates takeStates(const Components& parts) {
 }
 
 // This rank's file: its slices, and on rank 0 what every rank has the same of (`states`).
-void writeRankFile(const std::string& file, const std::vector<distributed::UnitShard>& units,
+void writeRankFile(const std::string& file, const std::vector<UnitShard>& units,
                    torch::nn::Module& model, const ComponentStates* states) {
   io::NamedTensors t;
   for (size_t k = 0; k < units.size(); ++k) {
@@ -52,8 +52,7 @@ void writeRankFile(const std::string& file, const std::vector<distributed::UnitS
   io::saveSafetensors(file, t);  // a tensor at a time, each copied to the host as it is written
 }
 
-io::Json indexJson(const std::vector<distributed::UnitShard>& units, const io::Json& numbers,
-                   int64_t world) {
+io::Json indexJson(const std::vector<UnitShard>& units, const io::Json& numbers, int64_t world) {
   io::Json j{{"format", kShardedCheckpointFormat}, {"world_size", world}, {"loop", numbers}};
   j["units"] = io::Json::array();
   for (const auto& u : units) {
@@ -86,8 +85,7 @@ void agree(distributed::ProcessGroup& pg, const std::string& path, const std::st
 
 }  // namespace
 
-void saveShardedCheckpoint(const std::string& path,
-                           const std::vector<distributed::UnitShard>& units,
+void saveShardedCheckpoint(const std::string& path, const std::vector<UnitShard>& units,
                            torch::nn::Module& model, const Components& parts,
                            distributed::ProcessGroup& pg) {
   const auto& rt = pg.runtime();
@@ -137,9 +135,9 @@ void saveShardedCheckpoint(const std::string& path,
 
 void saveAsShardedCheckpoint(const std::string& path, torch::nn::Module& model,
                              const torch::optim::Optimizer& opt, const Components& parts) {
-  std::vector<distributed::UnitShard> units;
+  std::vector<UnitShard> units;
   for (const auto& p : model.named_parameters()) {
-    distributed::UnitShard u;
+    UnitShard u;
     u.params.push_back({p.key(), p.value().sizes().vec(), 0});
     u.padded = p.value().numel();
     u.values = p.value().detach().reshape(-1);

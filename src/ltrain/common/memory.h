@@ -1,10 +1,8 @@
-// Peak resident memory of this process (VmHWM from /proc/self/status) and the peak of what the
-// CUDA caching allocator handed out on a GPU, for summaries and benchmarks.
+// Peak resident memory of this process (VmHWM from /proc/self/status), for summaries and
+// benchmarks. (A GPU's peak is the CUDA plugin's: cuda/plugin.h.)
 #pragma once
 #include <fstream>
 #include <string>
-
-#include "ltrain/cuda/plugin.h"
 
 namespace ltrain {
 
@@ -20,12 +18,6 @@ inline double peakRssMb() {
     in.ignore(1 << 12, '\n');
   }
   return 0;
-}
-
-// Peak bytes allocated on GPU `device` since the process started, in MiB (0 without CUDA).
-inline double peakCudaMemoryMb(int device) {
-  const auto* cuda = cuda::plugin();
-  return cuda ? cuda->peak_allocated_mb(device) : 0;
 }
 
 }  // namespace ltrain

@@ -40,6 +40,12 @@ const Plugin* plugin();
 // Why the load was attempted and failed (dlerror's text); empty where it loaded or was not tried.
 const std::string& loadFailure();
 
+// Peak MiB the CUDA caching allocator handed out on GPU `device` since the start (0 without CUDA).
+inline double peakAllocatedMb(int device) {
+  const auto* p = plugin();
+  return p ? p->peak_allocated_mb(device) : 0;
+}
+
 // One line for `ltrain --version`: loaded (NCCL's version, the devices visible), not loaded and
 // why, or not tried (no NVIDIA driver).
 std::string status();

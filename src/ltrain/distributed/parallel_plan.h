@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "ltrain/checkpoint/plan_state.h"
 #include "ltrain/config/experiment_config.h"
 #include "ltrain/distributed/bucket_reducer.h"
 #include "ltrain/models/layer_hooks.h"
@@ -29,23 +30,11 @@
 
 namespace ltrain::distributed {
 
-class ProcessGroup;
+// What a plan gives a checkpoint is the checkpoint's interface (checkpoint/plan_state.h).
+using checkpoint::PlanState;
+using checkpoint::UnitShard;
 
-// What one rank holds of the model and the optimizer, unit by unit, where each rank writes its
-// own part of a checkpoint (checkpoint/sharded_checkpoint.h).
-struct UnitShard {
-  struct Param {
-    std::string name;
-    std::vector<int64_t> shape;
-    int64_t offset = 0;  // where it starts in the unit's flat layout
-  };
-  std::vector<Param> params;
-  int64_t padded = 0;    // the flat layout's length, a multiple of the world size
-  int64_t begin = 0;     // where this rank's slice starts in it
-  torch::Tensor values;  // the slice of the parameters
-  int64_t optimizer_step = 0;
-  std::vector<std::pair<std::string, torch::Tensor>> state;  // the slice of each state tensor
-};
+class ProcessGroup;
 
 // Where the step stands when it calls prepare().
 struct MicroStep {
@@ -87,42 +76,6 @@ struct PlanSummary {
   int64_t gradient_bytes = 0;
   int64_t parameter_bytes = 0;      // between steps: the model's, and any flat copies
   int64_t gathered_peak_bytes = 0;  // sharded parameters: the most gathered at once so far
-};
-
-// The plan's part of a checkpoint: the optimizer state (whole or sharded) and, where the
-// parameters are sharded, each rank's slices. The checkpoint module reads it without knowing
-// which strategy made it.
-class PlanState {
- public:
-  virtual ~PlanState() = default;
-  // The optimizer state in a single process's form, so that a run resumes under any strategy
-  // and world size. Collective: every rank calls it; `write` runs on rank 0 with an optimizer
-  // over the whole model holding the whole state.
-  virtual void saveWholeOptimizer(const std::function<void(torch::optim::Optimizer&)>& write) = 0;
-  // After every rank loaded the same checkpoint into `whole` (an optimizer over the whole model,
-  // its state on the CPU): each rank takes its part, next to its parameters.
-  virtual void loadWholeOptimizer(const torch::optim::Optimizer& whole) = 0;
-  // A checkpoint read by element ranges (a sharded one): of parameter `param` (by name), its
-  // optimizer states' names and step, and elements [begin, end) of one state, 1-d.
-  struct RangeSource {
-    std::function<std::vector<std::string>(const std::string& param)> state_names;
-    std::function<int64_t(const std::string& param)> step;
-    std::function<torch::Tensor(const std::string& param, const std::string& state, int64_t begin,
-                                int64_t end)>
-        read;
-  };
-  // Where the parameters are sharded: each rank reads the optimizer state of its own slices only.
-  virtual void loadOptimizerRanges(const RangeSource& /*source*/) {
-    throw std::logic_error("this plan reads no optimizer state by ranges");
-  }
-  // Non-empty where the parameters are sharded: this rank's units, and each rank then writes
-  // its own part of a checkpoint.
-  virtual std::vector<UnitShard> unitShards() { return {}; }
-  // Collective, where unitShards() is not empty: unit by unit, in its order, `fn(u, params)` on
-  // the main rank with unit u's parameters gathered onto the host, in UnitShard::params' order.
-  virtual void forEachUnitOnHost(
-      bool /*main*/, const std::function<void(size_t, const std::vector<torch::Tensor>&)>& /*fn*/) {
-  }
 };
 
 class ParallelPlan {

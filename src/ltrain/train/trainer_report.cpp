@@ -19,6 +19,7 @@
 #include "ltrain/common/memory.h"
 #include "ltrain/common/memory_phase.h"
 #include "ltrain/common/stop_signal.h"
+#include "ltrain/cuda/plugin.h"
 #include "ltrain/data/distributed_sampler.h"
 #include "ltrain/data/loader.h"
 #include "ltrain/distributed/parallel_plan.h"
@@ -149,7 +150,8 @@ Summary Trainer::finish(double wall_s, double samples_per_s) {
   per_rank[rt_.rank] = processPeakRssMb();  // across the phases' resets
   const auto plan = plan_->summary();
   per_rank[w + rt_.rank] = static_cast<double>(plan.optimizer_state_bytes) / kMiB;
-  if (devices_.main.is_cuda()) per_rank[2 * w + rt_.rank] = peakCudaMemoryMb(devices_.main.index());
+  if (devices_.main.is_cuda())
+    per_rank[2 * w + rt_.rank] = cuda::peakAllocatedMb(devices_.main.index());
   per_rank[3 * w + rt_.rank] = static_cast<double>(plan.gradient_bytes) / kMiB;
   per_rank[4 * w + rt_.rank] = static_cast<double>(plan.parameter_bytes) / kMiB;
   per_rank[5 * w + rt_.rank] = static_cast<double>(plan.gathered_peak_bytes) / kMiB;
