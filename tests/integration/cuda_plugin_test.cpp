@@ -55,7 +55,7 @@ TEST_CASE("loading the plugin registers LibTorch's CUDA backend, GPU or not", "[
   CHECK_THAT(skipped.out, Contains("cuda_hooks cudart=0 guard=0"));
 }
 
-TEST_CASE("a CUDA plugin that did not load stops train.device auto and cuda; cpu goes on",
+TEST_CASE("a CUDA plugin that did not load stops train.device auto and cuda, cpu goes on",
           "[cuda_plugin]") {
   TempDir dir;
   // The executable alone, without libltrain_cuda.so beside it (or one directory up).

@@ -14,7 +14,7 @@
 using ltrain::config::FsdpUnit;
 using ltrain::distributed::unitsOfLayers;
 
-TEST_CASE("FSDP units: a layer each, or the model; shared parameters join their layers") {
+TEST_CASE("FSDP units: a layer each, or the model, and shared parameters join their layers") {
   auto a = torch::zeros({2}), b = torch::zeros({3}), c = torch::zeros({4});
   const std::vector<std::vector<torch::Tensor>> layers{{a, b}, {}, {c}, {a}};  // 3 uses 0's a
   CHECK(unitsOfLayers(layers, FsdpUnit::kBlock) == std::vector<int64_t>{0, -1, 1, 0});

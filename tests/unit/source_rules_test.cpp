@@ -36,7 +36,7 @@ TEST_CASE("no JSON is read by a regex or by the YAML parser") {
   CHECK(offenders.empty());
 }
 
-TEST_CASE("test names survive CTest: no ';' (a CMake list separator) and no leading '~'") {
+TEST_CASE("test names survive CTest: no semicolon (a CMake list separator) and no leading '~'") {
   // catch_discover_tests cuts a name at ';' into specs that match nothing (the test then never
   // runs), and Catch reads a leading '~' as "every test but this one" and a leading '-' as an
   // option.
