@@ -164,8 +164,9 @@ TEST_CASE("dist.tensor_parallel 2 trains qwen3 and mistral as one process does",
   }
 }
 
-TEST_CASE("a tensor-parallel checkpoint resumes on other splits, and generate, export and init_from",
-          "[dist]") {
+TEST_CASE(
+    "a tensor-parallel checkpoint resumes on other splits, and generate, export and init_from",
+    "[dist]") {
   TempDir dir;
   ltrain::test::writeText(dir / "c.yaml", "seed: 5\n");
   ltrain::test::writeText(dir / "t.txt", ltrain::test::textCorpus(800));

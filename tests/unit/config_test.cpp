@@ -130,7 +130,8 @@ TEST_CASE("docs/config.md is the schema's reference page") {
   for (const auto& o : ltrain::config::schema()) CHECK_THAT(doc, Contains("`" + o.path + "`"));
 }
 
-TEST_CASE("data.channels 1 takes one-value gray defaults, and only a list the user wrote is refused") {
+TEST_CASE(
+    "data.channels 1 takes one-value gray defaults, and only a list the user wrote is refused") {
   const std::string gray = "data:\n  dataset: image_folder\n  path: /img\n  channels: 1\n";
   auto lc = loadConfigText(gray, "exp.yaml", {});
   CHECK(lc.cfg.data.mean == std::vector<double>{0.459});
