@@ -52,6 +52,16 @@ ltrain::config::LoadedConfig hfConfig(const std::string& dir, const std::string&
       "data: {dataset: tokens}\nmodel:\n  init_from: " + dir + "\n" + extra, "test.yaml", {});
 }
 
+// A small random transformers model made by hf_tools.py `make` (vocabulary 96) into `hf`, and
+// the config ltrain reads from it.
+ltrain::config::LoadedConfig makeHf(const std::string& hf, const std::string& make,
+                                    const std::vector<std::string>& flags) {
+  std::vector<std::string> args{make, hf, "--vocab", "96"};
+  args.insert(args.end(), flags.begin(), flags.end());
+  python(args);
+  return hfConfig(hf);
+}
+
 // The model `m` (read from the transformers directory `hf`) built by ltrain: transformers' logits
 // within 1e-5, and a ZeRO-3 (deferred) build reading half of each parameter reads exactly what
 // the whole load reads.
@@ -106,10 +116,7 @@ TEST_CASE("ltrain loads transformers' Llama and GPT-2 checkpoints and gives thei
                                          {"gpt2", "make-gpt2", {"--seed", "5"}}}) {
     INFO(c.name);
     const std::string hf = dir / c.name;
-    std::vector<std::string> make{c.make, hf, "--vocab", "96"};
-    make.insert(make.end(), c.flags.begin(), c.flags.end());
-    python(make);
-    auto lc = hfConfig(hf);
+    auto lc = makeHf(hf, c.make, c.flags);
     const auto& m = lc.cfg.model;
     // The architecture came from config.json.
     CHECK(m.name == (c.make == "make-gpt2" ? "gpt" : "llama"));
@@ -143,10 +150,7 @@ TEST_CASE("ltrain loads transformers' Qwen3 and Mistral checkpoints and gives th
            {"mistral-tied-window-64", "make-mistral", {"--tied", "--window", "64"}}}) {
     INFO(c.name);
     const std::string hf = dir / c.name;
-    std::vector<std::string> make{c.make, hf, "--vocab", "96"};
-    make.insert(make.end(), c.flags.begin(), c.flags.end());
-    python(make);
-    auto lc = hfConfig(hf);
+    auto lc = makeHf(hf, c.make, c.flags);
     const auto& m = lc.cfg.model;
     CHECK(m.name == (c.make == "make-qwen3" ? "qwen3" : "mistral"));
     CHECK(m.vocab_size == 96);

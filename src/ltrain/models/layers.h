@@ -24,5 +24,11 @@ struct TensorParallelism;
 Layerwise gptLayers(const config::ModelConfig&, const std::vector<int64_t>&, int64_t,
                     std::shared_ptr<TensorParallelism> tp = nullptr);
 torch::nn::Sequential buildResnet(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
+// cnn's and resnet's model: images [C, H, W] only (UsageError naming the family otherwise),
+// channels-last where model.channels_last asks.
+Classifier imageClassifier(const config::ModelConfig&, const std::vector<int64_t>& shape,
+                           int64_t classes,
+                           torch::nn::Sequential (*layers)(const config::ModelConfig&,
+                                                           const std::vector<int64_t>&, int64_t));
 
 }  // namespace ltrain::models

@@ -39,6 +39,18 @@ int64_t appendDense(torch::nn::Sequential& seq, int64_t in, const std::vector<in
   return in;
 }
 
+Classifier imageClassifier(const config::ModelConfig& cfg, const std::vector<int64_t>& shape,
+                           int64_t classes,
+                           torch::nn::Sequential (*layers)(const config::ModelConfig&,
+                                                           const std::vector<int64_t>&, int64_t)) {
+  if (shape.size() != 3)
+    throw UsageError(fmt::format("model {}: expected inputs [C, H, W], got {} dimensions", cfg.name,
+                                 shape.size()));
+  Classifier c(layers(cfg, shape, classes));
+  if (cfg.channels_last) c->useChannelsLast();
+  return c;
+}
+
 Classifier build(const config::ModelConfig& cfg, const std::vector<int64_t>& input_shape,
                  int64_t num_classes, bool tokens, bool deferred) {
   const ModelBuilder& b = modelBuilder(cfg.name);

@@ -46,14 +46,7 @@ namespace ltrain::models::cnn {
 ModelBuilder builder() {
   ModelBuilder b;
   b.build = [](const config::ModelConfig& cfg, const std::vector<int64_t>& shape, int64_t classes,
-               bool) {
-    if (shape.size() != 3)
-      throw UsageError(
-          fmt::format("model cnn: expected inputs [C, H, W], got {} dimensions", shape.size()));
-    Classifier c(buildCnn(cfg, shape, classes));
-    if (cfg.channels_last) c->useChannelsLast();
-    return c;
-  };
+               bool) { return imageClassifier(cfg, shape, classes, buildCnn); };
   return b;
 }
 

@@ -99,14 +99,7 @@ namespace ltrain::models::resnet {
 ModelBuilder builder() {
   ModelBuilder b;
   b.build = [](const config::ModelConfig& cfg, const std::vector<int64_t>& shape, int64_t classes,
-               bool) {
-    if (shape.size() != 3)
-      throw UsageError(
-          fmt::format("model resnet: expected inputs [C, H, W], got {} dimensions", shape.size()));
-    Classifier c(buildResnet(cfg, shape, classes));
-    if (cfg.channels_last) c->useChannelsLast();
-    return c;
-  };
+               bool) { return imageClassifier(cfg, shape, classes, buildResnet); };
   return b;
 }
 
