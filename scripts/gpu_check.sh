@@ -263,10 +263,27 @@ cuda_step() {
   passed "$step" "| $title ($spec, $cases cases, GPU visible) | $summary |"
 }
 
+# bench_step STEP TITLE NEED_AFTER CAP ROW COMMAND...: a benchmark printing a markdown table, kept
+# beside the step's record so that a rerun's table has it too.
+bench_step() {
+  local step=$1 title=$2 need_after=$3 cap=$4 row_title=$5 l rc
+  shift 5
+  done_before "$step" && return
+  l=$(limit "$need_after" "$cap")
+  need "$title" "$l"
+  timeout "$l" "$@" >"$logs/$step.md" 2>"$logs/$step.log"
+  rc=$?
+  [ $rc -eq 124 ] && fail "$title out of time after ${l} s (see $step.log)"
+  [ $rc -eq 0 ] || { tail -20 "$logs/$step.log"; fail "$title (see $step.log)"; }
+  log "$title done"
+  cp "$logs/$step.md" "$steps/$step.md"
+  passed "$step" "| $row_title | done, table below |"
+}
+
 benches() {
   [ -x "$build/ltrain" ] && [ -f "$steps/build" ] ||
     fail "no build in $build: run --part build-test first"
-  local bench_args=(--gpu --repeats 2) gpt_args=() l rc ceiling
+  local bench_args=(--gpu --repeats 2) gpt_args=() l ceiling
   [ $dry -eq 1 ] && bench_args+=(--quick --repeats 1) && gpt_args+=(--tiny --steps 6 --log-every 2)
   # The dense bf16 ceiling measured on this device, beside the datasheet's 989 TFLOP/s (H100/H200
   # SXM): MFU against both.
@@ -276,36 +293,16 @@ benches() {
     timeout "$l" "$PY" "$root/bench/bf16_ceiling.py" $([ $dry -eq 1 ] && echo --size 512) >"$logs/ceiling.txt" 2>&1 ||
       { cat "$logs/ceiling.txt"; fail "bench/bf16_ceiling.py (see ceiling.txt)"; }
     ceiling=$(tail -1 "$logs/ceiling.txt")
+    echo "$ceiling" >"$steps/ceiling.tflops"
     log "bf16 matmul ceiling: $ceiling TFLOP/s"
     passed ceiling "| dense bf16 matmul ceiling (bench/bf16_ceiling.py) | $ceiling TFLOP/s measured; 989 datasheet |"
   fi
-  ceiling=$(sed -n 's/.*| \([0-9.]*\) TFLOP\/s measured.*/\1/p' "$steps/ceiling")
-  local peaks=(--peak-tflops "$ceiling" --datasheet-tflops 989)
-  if ! done_before image-bench; then
-    l=$(limit 120 150)
-    need "the image benchmark" "$l"
-    LTRAIN_BIN="$build/ltrain" timeout "$l" "$PY" "$root/bench/run.py" "${bench_args[@]}" "${peaks[@]}" \
-      >"$logs/gpu_bench.md" 2>"$logs/gpu_bench.log"
-    rc=$?
-    [ $rc -eq 124 ] && fail "image benchmark out of time after ${l} s (see gpu_bench.log)"
-    [ $rc -eq 0 ] || { tail -20 "$logs/gpu_bench.log"; fail "image benchmark (see gpu_bench.log)"; }
-    log "image benchmark done"
-    cp "$logs/gpu_bench.md" "$steps/image-bench.md"
-    passed image-bench "| image benchmarks (bench/run.py --gpu) | done, table below |"
-  fi
-  if ! done_before gpt-bench; then
-    l=$(limit 0 200)
-    need "the GPT benchmark" "$l"
-    timeout "$l" "$PY" "$root/bench/gpt_bench.py" --ltrain "$build/ltrain" \
-      --out "$(mktemp -d /tmp/ltrain-gpt-bench.XXXXXX)" "${peaks[@]}" "${gpt_args[@]}" \
-      >"$logs/gpt_bench.md" 2>"$logs/gpt_bench.log"
-    rc=$?
-    [ $rc -eq 124 ] && fail "GPT benchmark out of time after ${l} s (see gpt_bench.log)"
-    [ $rc -eq 0 ] || { tail -20 "$logs/gpt_bench.log"; fail "GPT benchmark (see gpt_bench.log)"; }
-    log "GPT benchmark done"
-    cp "$logs/gpt_bench.md" "$steps/gpt-bench.md"
-    passed gpt-bench "| GPT-2 124M and llama (bench/gpt_bench.py) | done, table below |"
-  fi
+  local peaks=(--peak-tflops "$(cat "$steps/ceiling.tflops")" --datasheet-tflops 989)
+  bench_step image-bench "the image benchmark" 120 150 "image benchmarks (bench/run.py --gpu)" \
+    env LTRAIN_BIN="$build/ltrain" "$PY" "$root/bench/run.py" "${bench_args[@]}" "${peaks[@]}"
+  bench_step gpt-bench "the GPT benchmark" 0 200 "GPT-2 124M and llama (bench/gpt_bench.py)" \
+    "$PY" "$root/bench/gpt_bench.py" --ltrain "$build/ltrain" \
+    --out "$(mktemp -d /tmp/ltrain-gpt-bench.XXXXXX)" "${peaks[@]}" "${gpt_args[@]}"
   for t in image-bench gpt-bench; do { echo; cat "$steps/$t.md"; } >>"$table.tail"; done
 }
 

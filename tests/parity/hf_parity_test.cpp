@@ -167,6 +167,19 @@ TEST_CASE("ltrain loads transformers' Qwen3 and Mistral checkpoints and gives th
     }
     // 24 positions: a window of 8 masks most keys of the later queries, one of 64 none.
     checkLoadsAsTransformers(dir, hf, m);
+    if (c.name == "mistral-window-8") {
+      // The window matters: without it the same weights give other logits (so both sides
+      // ignoring it could not agree above).
+      auto unwindowed = m;
+      unwindowed.sliding_window = 0;
+      auto a = ltrain::models::build(m, {64}, 96, true),
+           b = ltrain::models::build(unwindowed, {64}, 96, true);
+      ltrain::models::loadInitialWeights(a, m);
+      ltrain::models::loadInitialWeights(b, unwindowed);
+      a->eval(), b->eval();
+      auto ids = torch::randint(96, {1, 24}, torch::kLong);
+      CHECK(maxDiff(a->forward(ids).detach(), b->forward(ids).detach()) > 1e-3);
+    }
   }
 }
 

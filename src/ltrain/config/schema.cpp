@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 #include <type_traits>
 
 #include "ltrain/common/errors.h"
@@ -20,10 +21,10 @@ namespace {
 
 using namespace options;  // NOLINT: the table's vocabulary
 
-std::string modelNames(const std::string& what) {
+// model.name's help: each family's entry.
+std::string modelHelp() {
   std::vector<std::string> parts;
-  for (const auto& s : models::modelSpecs())
-    parts.push_back(what == "help" ? s.help : s.traits.name);
+  for (const auto& s : models::modelSpecs()) parts.push_back(s.help);
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
@@ -41,9 +42,14 @@ std::vector<Option> familyOptions() {
         all.back().second[i] = true;
       }
   for (size_t i = 0; i < specs.size(); ++i)
-    for (const auto& path : specs[i].takes)
-      for (auto& [o, by] : all)
-        if (o.path == path) by[i] = true;
+    for (const auto& path : specs[i].takes) {
+      auto it =
+          std::find_if(all.begin(), all.end(), [&](const auto& a) { return a.first.path == path; });
+      if (it == all.end())  // a spec's mistake, not the user's
+        throw std::logic_error("model " + specs[i].traits.name + " takes " + path +
+                               ", which no spec declares");
+      it->second[i] = true;
+    }
   std::vector<Option> out;
   for (auto& [o, by] : all) {
     std::vector<std::string> names;
@@ -164,7 +170,7 @@ std::vector<Option> buildSchema() {
           .atLeast(1),
       LT_OPT(data.synthetic_classes, "synthetic: number of classes", int64_t{10}).atLeast(2),
 
-      LT_OPT(model.name, "Model family: " + modelNames("help"), S("mlp")).oneOf([] {
+      LT_OPT(model.name, "Model family: " + modelHelp(), S("mlp")).oneOf([] {
         std::vector<std::string> names;
         for (const auto& f : modelFamilies()) names.push_back(f.name);
         return names;

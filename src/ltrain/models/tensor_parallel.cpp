@@ -285,7 +285,8 @@ Classifier wholeModel(const Classifier& model) {
 Classifier buildTensorParallel(const config::ModelConfig& cfg,
                                const std::vector<int64_t>& input_shape, int64_t num_classes,
                                int64_t rank, int64_t size, bool deferred, bool sequence_parallel) {
-  if (!modelBuilder(cfg.name).layers)  // config/validate.cpp refused it
+  const auto family = modelBuilder(cfg.name).layers;
+  if (!family)  // config/validate.cpp refused it
     throw std::logic_error("tensor parallel: model " + cfg.name + " has no transformer layers");
   auto divides = [&](const std::string& what, int64_t n) {
     if (n % size != 0)
@@ -297,7 +298,6 @@ Classifier buildTensorParallel(const config::ModelConfig& cfg,
 
   auto tp = std::make_shared<TensorParallelism>();
   tp->rank = rank, tp->size = size, tp->sequence_parallel = sequence_parallel;
-  const auto family = modelBuilder(cfg.name).layers;
   Layerwise whole = family(cfg, input_shape, num_classes, nullptr);
   Layerwise local = family(cfg, input_shape, num_classes, tp);
   const auto parts = whole.fused_parts;

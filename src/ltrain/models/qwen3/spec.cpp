@@ -15,7 +15,7 @@ void importConfig(config::HfMerger& m) {
   if (j.value("use_sliding_window", false)) m.unsupported("use_sliding_window is true");
   if (j.contains("layer_types") && j["layer_types"].is_array())
     for (const auto& t : j["layer_types"])
-      if (t != "full_attention") m.unsupported(fmt::format("layer_types holds '{}'", t.dump()));
+      if (t != "full_attention") m.unsupported(fmt::format("layer_types holds {}", t.dump()));
   llama::importConfig(m);
 }
 
