@@ -10,17 +10,16 @@
 
 namespace ltrain::models {
 
-struct TensorParallelism;
-
 struct ModelBuilder {
   // The model for inputs of `input_shape` and `num_classes` outputs (a language model's: its
   // vocabulary); `tokens`: the inputs are token ids. Null for the transformer families, which
   // give their layers instead and are built whole or deferred from them (layerwise.h).
   Classifier (*build)(const config::ModelConfig&, const std::vector<int64_t>& input_shape,
                       int64_t num_classes, bool tokens) = nullptr;
-  // A transformer family's layers; with `tp`, as one rank of a tensor-parallel group holds them.
+  // A transformer family's layers, plain: dist.tensor_parallel splits them by the spec's plan
+  // (models/parallelize.h).
   Layerwise (*layers)(const config::ModelConfig&, const std::vector<int64_t>& input_shape,
-                      int64_t vocab, std::shared_ptr<TensorParallelism> tp) = nullptr;
+                      int64_t vocab) = nullptr;
 };
 
 // The builder of model.name `name`; UsageError naming the families for another name.

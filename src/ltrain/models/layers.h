@@ -19,10 +19,7 @@ int64_t appendDense(torch::nn::Sequential& seq, int64_t in, const std::vector<in
                     const config::ModelConfig& cfg);
 torch::nn::Sequential buildMlp(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
 torch::nn::Sequential buildCnn(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
-struct TensorParallelism;
-// With `tp`, the layers as one rank of a tensor-parallel group holds them (tensor_parallel.h).
-Layerwise gptLayers(const config::ModelConfig&, const std::vector<int64_t>&, int64_t,
-                    std::shared_ptr<TensorParallelism> tp = nullptr);
+Layerwise gptLayers(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
 torch::nn::Sequential buildResnet(const config::ModelConfig&, const std::vector<int64_t>&, int64_t);
 // cnn's and resnet's model: images [C, H, W] only (UsageError naming the family otherwise),
 // channels-last where model.channels_last asks.

@@ -25,12 +25,6 @@ struct Layerwise {
   std::function<void(size_t, torch::nn::Module&)> init;
   // The model around the layers (llama registers them under transformers' names); empty: plain.
   std::function<Classifier(torch::nn::Sequential)> wrap;
-  // Tensor parallelism: into how many equal runs a split parameter (by its name in its layer)
-  // falls, each split on its own (GPT-2's fused q, k, v: 3). Empty: 1.
-  std::function<int64_t(const std::string&)> fused_parts;
-  // Tensor parallelism: whether a replicated parameter (by its name in the model) has a gradient
-  // each rank makes from its own heads only (qwen3's per-head norms), summed over the group.
-  std::function<bool(const std::string&)> partial_gradients;
 };
 
 // Every constructor, then every layer's initialisation.

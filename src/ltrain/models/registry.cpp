@@ -55,7 +55,7 @@ Classifier build(const config::ModelConfig& cfg, const std::vector<int64_t>& inp
                  int64_t num_classes, bool tokens, bool deferred) {
   const ModelBuilder& b = modelBuilder(cfg.name);
   if (!b.layers) return b.build(cfg, input_shape, num_classes, tokens);
-  auto f = b.layers(cfg, input_shape, num_classes, nullptr);
+  auto f = b.layers(cfg, input_shape, num_classes);
   return deferred ? buildDeferred(std::move(f)) : buildWhole(f);
 }
 

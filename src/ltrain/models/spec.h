@@ -37,6 +37,26 @@ struct HfAdapter {
   std::string base_prefix;
 };
 
+// How dist.tensor_parallel takes over one module (PyTorch's ParallelStyle): the model is built
+// plain and parallelize() (models/parallelize.h) gives each module of the plan its style.
+enum class TpStyle {
+  kColwise,         // a Linear split along its output (with its bias): the input enters the group
+  kRowwise,         // a Linear split along its input; its outputs summed over the group, then bias
+  kVocabEmbedding,  // an Embedding split by rows of the vocabulary
+  kVocabHead,       // the head's matrix (its own, or the tied embedding's) split by the vocabulary
+  kSequenceSlice,   // a replicated Embedding whose lookup keeps this rank's part of the sequence
+                    // under dist.sequence_parallel (GPT-2's positions)
+  kPartialGradient  // replicated parameters each rank's heads alone contribute to: the gradient is
+                    // summed over the group (qwen3's per-head norms)
+};
+struct TpRule {
+  // A module path, as the model names its parameters less the final ".<parameter>"; "*" stands
+  // for one element of it ("model.layers.*.mlp.up_proj").
+  std::string path;
+  TpStyle style;
+  int64_t parts = 1;  // kColwise: equal runs split each on its own (GPT-2's fused q, k, v: 3)
+};
+
 struct ModelSpec {
   config::ModelFamily traits;  // its name and what it reads and takes
   std::string help;            // its entry in model.name's help
@@ -48,6 +68,8 @@ struct ModelSpec {
   void (*validate)(const config::LoadedConfig&) = nullptr;
   void (*validate_tensor_parallel)(const config::LoadedConfig&, int64_t n) = nullptr;
   HfAdapter hf;
+  // dist.tensor_parallel: which module is column-, row- or vocabulary-parallel (null: none).
+  std::vector<TpRule> (*tensor_parallel_plan)(const config::ModelConfig&) = nullptr;
   // Training FLOPs per token (forward and backward) of a model of `params` parameters; null: none.
   double (*flops_per_token)(const config::ModelConfig&, int64_t params, int64_t vocab) = nullptr;
 };

@@ -1,15 +1,11 @@
 #include "ltrain/models/tensor_parallel.h"
 
-#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <stdexcept>
 
-#include "ltrain/common/errors.h"
 #include "ltrain/common/tensor_storage.h"
-#include "ltrain/models/builder.h"
-#include "ltrain/models/layers.h"
 #include "ltrain/models/layerwise.h"
 
 namespace ltrain::models {
@@ -261,90 +257,16 @@ void TensorParallelism::fillLayer(size_t i, torch::nn::Module& target) const {
   for (auto& p : params) freeStorage(p.value());
 }
 
-namespace {
-
-// A deferred tensor-parallel model's values: each layer's part made from the whole layer (the
-// elements ZeRO-3 wants are among them).
-class PartValues final : public DeferredValues {
- public:
-  explicit PartValues(std::weak_ptr<TensorParallelism> tp) : tp_(std::move(tp)) {}
-  void fill(size_t layer, torch::nn::Module& target, const WantedElements&) override {
-    tp_.lock()->fillLayer(layer, target);
-  }
-
- private:
-  std::weak_ptr<TensorParallelism> tp_;  // the model holds both
-};
-
-}  // namespace
-
 Classifier wholeModel(const Classifier& model) {
   return model->tp ? model->tp->whole : model;
 }
 
-Classifier buildTensorParallel(const config::ModelConfig& cfg,
-                               const std::vector<int64_t>& input_shape, int64_t num_classes,
-                               int64_t rank, int64_t size, bool deferred, bool sequence_parallel) {
-  const auto family = modelBuilder(cfg.name).layers;
-  if (!family)  // config/validate.cpp refused it
-    throw std::logic_error("tensor parallel: model " + cfg.name + " has no transformer layers");
-  auto divides = [&](const std::string& what, int64_t n) {
-    if (n % size != 0)
-      throw UsageError(fmt::format("dist.tensor_parallel {} must divide {} ({})", size, what, n));
-  };
-  divides("the vocabulary size", num_classes);
-  if (sequence_parallel && !input_shape.empty())
-    divides("the sequence length under dist.sequence_parallel", input_shape[0]);
-
-  auto tp = std::make_shared<TensorParallelism>();
-  tp->rank = rank, tp->size = size, tp->sequence_parallel = sequence_parallel;
-  Layerwise whole = family(cfg, input_shape, num_classes, nullptr);
-  Layerwise local = family(cfg, input_shape, num_classes, tp);
-  const auto parts = whole.fused_parts;
-  const auto partial = whole.partial_gradients;
-  tp->whole = buildDeferred(std::move(whole));  // the generator ends where the whole build's does
-  // This rank's modules: their constructors' draws are put back, their values made by fill().
-  torch::nn::Sequential seq;
-  {
-    auto gen = at::detail::getDefaultCPUGenerator();
-    const auto state = gen.get_state();
-    for (const auto& make : local.layers) seq->push_back(make(seq));
-    gen.set_state(state);
-  }
-  Classifier model = local.wrap ? local.wrap(seq) : Classifier(seq);
-  for (size_t i = 0; i < seq->size(); ++i) {
-    const auto mine = seq->ptr(i)->named_parameters();
-    for (const auto& p : tp->whole->layers->ptr(i)->named_parameters()) {
-      const auto& want = p.value().sizes();
-      const auto& have = mine[p.key()].sizes();
-      TensorSplit s;
-      s.whole_shape = want.vec();
-      for (int64_t d = 0; d < static_cast<int64_t>(want.size()); ++d)
-        if (want[d] != have[d]) {
-          if (have[d] * size != want[d])
-            throw std::logic_error("tensor parallel: '" + p.key() + "' is not split by the group");
-          s.dim = d;
-          s.parts = parts ? parts(p.key()) : 1;
-        }
-      tp->splits[tp->whole->layerPrefix(i) + p.key()] = s;
-    }
-  }
-  model->tp = tp;
-  // Sequence parallelism: a replicated parameter's gradient is this rank's part of the sequence's;
-  // and a norm over each head (qwen3's q_norm, k_norm) sees only this rank's heads. Summed over
-  // the group as it is made, before any data-parallel reduction sees it.
-  for (auto& p : model->named_parameters())
-    if (tp->split(p.key()).dim < 0 && (sequence_parallel || (partial && partial(p.key()))))
-      p.value().register_hook([weak = std::weak_ptr<TensorParallelism>(tp)](torch::Tensor g) {
-        auto sum = g.contiguous().clone();
-        groupOf(*weak.lock()).allreduceSum(sum);
-        return sum;
-      });
-  if (deferred) {
-    for (auto& p : model->parameters()) freeStorage(p);
-    model->deferred = std::make_shared<PartValues>(tp);
-  }
-  return model;
+void sumGradientOverGroup(torch::Tensor& param, const std::shared_ptr<TensorParallelism>& tp) {
+  param.register_hook([weak = std::weak_ptr<TensorParallelism>(tp)](torch::Tensor g) {
+    auto sum = g.contiguous().clone();
+    groupOf(*weak.lock()).allreduceSum(sum);
+    return sum;
+  });
 }
 
 }  // namespace ltrain::models

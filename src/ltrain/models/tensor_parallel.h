@@ -1,5 +1,6 @@
-// dist.tensor_parallel: Megatron-LM's tensor parallelism for gpt and llama. Each rank of a
-// tensor-parallel group holds 1/tp of every attention and MLP matrix and of the vocabulary:
+// dist.tensor_parallel: Megatron-LM's tensor parallelism, the collectives and the bookkeeping
+// of split parameters; models/parallelize.h applies it to a family by its spec's plan. Each rank of
+// a tensor-parallel group holds 1/tp of every attention and MLP matrix and of the vocabulary:
 //   column-parallel (split along the output): q/k/v (GPT-2's fused c_attn, llama's q_proj,
 //     k_proj, v_proj: whole heads), the MLP's up projections (c_fc; gate_proj, up_proj), the
 //     token embedding and the head (rows of the vocabulary);
@@ -75,14 +76,9 @@ struct TensorParallelism {
   void fillLayer(size_t layer, torch::nn::Module& target) const;
 };
 
-// How many ranks share each split parameter: 1 without tensor parallelism.
 // The whole model a tensor-parallel one is a rank's part of (its deferred twin: names, shapes,
 // values by layer), or the model itself: what checkpoints, init_from and counts read.
 Classifier wholeModel(const Classifier& model);
-
-inline int64_t tensorParallelSize(const std::shared_ptr<TensorParallelism>& tp) {
-  return tp ? tp->size : 1;
-}
 
 // Column-parallel layers on one input: x (Megatron's f: identity forward, gradient summed over the
 // group in backward; or all-gathered along T under sequence parallelism)
@@ -119,15 +115,8 @@ class LocalLogits {
 torch::Tensor vocabParallelCrossEntropy(const torch::Tensor& local_logits,
                                         const torch::Tensor& targets, TensorParallelism& tp);
 
-// gpt or llama as rank `rank` of a tensor-parallel group of `size` holds it, its values not yet
-// made (tp->fill). `deferred` (dist.zero 3 across the groups): its parameters have no memory
-// either, and model->deferred makes a layer's part when ZeRO-3 shards it. The config's rules
-// (config/validate.cpp: gpt or llama, heads and MLP width divisible by `size`) hold already;
-// UsageError when the data's vocabulary (or, under `sequence_parallel`, its sequence) does not
-// divide by `size`.
-Classifier buildTensorParallel(const config::ModelConfig& cfg,
-                               const std::vector<int64_t>& input_shape, int64_t num_classes,
-                               int64_t rank, int64_t size, bool deferred = false,
-                               bool sequence_parallel = false);
+// Sums `param`'s gradient over the group as it is made, before any data-parallel reduction sees
+// it: a replicated parameter that each rank's part of the sequence, or of the heads, reaches.
+void sumGradientOverGroup(torch::Tensor& param, const std::shared_ptr<TensorParallelism>& tp);
 
 }  // namespace ltrain::models

@@ -35,6 +35,7 @@
 #include "ltrain/io/safetensors.h"
 #include "ltrain/models/hf_checkpoint.h"
 #include "ltrain/models/layers/layer_graph.h"
+#include "ltrain/models/parallelize.h"
 #include "ltrain/models/tensor_parallel.h"
 #include "ltrain/optim/optimizer.h"
 #include "ltrain/train/evaluate.h"

@@ -14,31 +14,26 @@
 #include "ltrain/models/builder.h"
 #include "ltrain/models/decoding.h"
 #include "ltrain/models/layers.h"
-#include "ltrain/models/tensor_parallel.h"
+#include "ltrain/models/parallel_modules.h"
 
 namespace ltrain::models {
 namespace {
 
 namespace F = torch::nn::functional;
 
-torch::nn::Linear linear(int64_t in, int64_t out, bool bias = true) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
-}
-
 // Each module is Cloneable (reset() registers its parts again) so that dist.strategy=dp can
 // replicate the model onto every GPU. Embedding and Block are CachedLayers: ltrain generate runs
-// them position by position with a cache of keys and values. With `tp` (dist.tensor_parallel,
-// models/tensor_parallel.h) each module holds this rank's part: 1/tp of the vocabulary, of the
-// heads and of the MLP's width.
-using Tp = std::shared_ptr<TensorParallelism>;
-struct EmbeddingImpl : torch::nn::Cloneable<EmbeddingImpl>, CachedLayer {
-  EmbeddingImpl(int64_t vocab, int64_t block_size, int64_t n_embd, double dropout, Tp tp)
-      : vocab(vocab), block_size(block_size), n_embd(n_embd), dropout(dropout), tp(std::move(tp)) {
+// them position by position with a cache of keys and values. Their linears and tables are
+// models/parallel_modules.h's, which dist.tensor_parallel splits from outside (the spec's plan).
+struct TokensAndPositionsImpl : torch::nn::Cloneable<TokensAndPositionsImpl>, CachedLayer {
+  TokensAndPositionsImpl(int64_t vocab, int64_t block_size, int64_t n_embd, double dropout)
+      : vocab(vocab), block_size(block_size), n_embd(n_embd), dropout(dropout) {
     reset();
   }
   void reset() override {
-    wte = register_module("wte", torch::nn::Embedding(vocab / tensorParallelSize(tp), n_embd));
-    wpe = register_module("wpe", torch::nn::Embedding(block_size, n_embd));
+    // torch::nn::Embedding's tables, for their N(0, 1) draws (GPT-2's initialisation follows).
+    wte = register_module("wte", Embedding(torch::nn::EmbeddingImpl(vocab, n_embd).weight));
+    wpe = register_module("wpe", Embedding(torch::nn::EmbeddingImpl(block_size, n_embd).weight));
     drop = register_module("drop", torch::nn::Dropout(dropout));
   }
   torch::Tensor forward(torch::Tensor idx) { return embed(idx, 0); }
@@ -46,41 +41,36 @@ struct EmbeddingImpl : torch::nn::Cloneable<EmbeddingImpl>, CachedLayer {
     return embed(idx, pos);
   }
   torch::Tensor embed(const torch::Tensor& idx, int64_t first) {
-    int64_t t = idx.size(1);
+    const int64_t t = idx.size(1);
     TORCH_CHECK(first + t <= block_size, "sequence of ", first + t,
                 " tokens is longer than model.block_size ", block_size);
-    if (tp && tp->sequence_parallel) t /= tp->size, first += tp->rank * t;  // this rank's part
     auto pos = torch::arange(first, first + t,
                              torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
-    return drop((tp ? vocabParallelEmbedding(idx, wte->weight, *tp) : wte(idx)) + wpe(pos));
+    return drop(wte(idx) + wpe(pos));
   }
   int64_t vocab, block_size, n_embd;
   double dropout;
-  Tp tp;
-  torch::nn::Embedding wte{nullptr}, wpe{nullptr};
+  Embedding wte{nullptr}, wpe{nullptr};
   torch::nn::Dropout drop{nullptr};
 };
-TORCH_MODULE(Embedding);
+TORCH_MODULE(TokensAndPositions);
 
 struct CausalSelfAttentionImpl : torch::nn::Cloneable<CausalSelfAttentionImpl> {
-  CausalSelfAttentionImpl(int64_t n_embd, int64_t n_head, double dropout, Tp tp)
-      : n_embd(n_embd), n_head(n_head), dropout(dropout), tp(std::move(tp)) {
+  CausalSelfAttentionImpl(int64_t n_embd, int64_t n_head, double dropout)
+      : n_embd(n_embd), head_size(n_embd / n_head), dropout(dropout) {
     reset();
   }
   void reset() override {
-    // Column-parallel q, k, v (this rank's heads of each); row-parallel output projection.
-    c_attn = register_module("c_attn", linear(n_embd, 3 * n_embd / tensorParallelSize(tp)));
-    c_proj = register_module("c_proj", linear(n_embd / tensorParallelSize(tp), n_embd));
+    c_attn = register_module("c_attn", Linear(n_embd, 3 * n_embd));  // q, k, v one after another
+    c_proj = register_module("c_proj", Linear(n_embd, n_embd));
     resid_drop = register_module("resid_drop", torch::nn::Dropout(dropout));
   }
   torch::Tensor forward(torch::Tensor input, KvCache* cache = nullptr) {
-    const auto fused =
-        tp ? columnParallel(input, {c_attn->weight}, *tp)[0] + c_attn->bias : c_attn(input);
+    const auto fused = c_attn(input);
     const int64_t b = fused.size(0), t = fused.size(1), c = fused.size(2) / 3;
-    const int64_t nh = n_head / tensorParallelSize(tp);
     auto qkv = fused.split(c, 2);
-    auto heads = [&](const torch::Tensor& y) {
-      return y.view({b, t, nh, c / nh}).transpose(1, 2);  // [B, nh, T, hs]
+    auto heads = [&](const torch::Tensor& y) {  // the heads this module holds: c / head_size
+      return y.view({b, t, c / head_size, head_size}).transpose(1, 2);  // [B, nh, T, hs]
     };
     auto k = heads(qkv[1]), v = heads(qkv[2]);
     if (cache) {
@@ -88,55 +78,47 @@ struct CausalSelfAttentionImpl : torch::nn::Cloneable<CausalSelfAttentionImpl> {
       cache->k = k, cache->v = v;
     }
     auto y = cachedAttention(heads(qkv[0]), k, v, is_training() ? dropout : 0.0, /*gqa=*/false);
-    y = y.transpose(1, 2).contiguous().view({b, t, c});
-    if (tp)
-      return resid_drop(leaveTensorParallel(F::linear(y, c_proj->weight), *tp) + c_proj->bias);
-    return resid_drop(c_proj(y));
+    return resid_drop(c_proj(y.transpose(1, 2).contiguous().view({b, t, c})));
   }
-  int64_t n_embd, n_head;
+  int64_t n_embd, head_size;
   double dropout;
-  Tp tp;
-  torch::nn::Linear c_attn{nullptr}, c_proj{nullptr};
+  Linear c_attn{nullptr}, c_proj{nullptr};
   torch::nn::Dropout resid_drop{nullptr};
 };
 TORCH_MODULE(CausalSelfAttention);
 
 struct MlpImpl : torch::nn::Cloneable<MlpImpl> {
-  MlpImpl(int64_t n_embd, double dropout, bool tanh_gelu, Tp tp)
-      : n_embd(n_embd), dropout(dropout), tanh_gelu(tanh_gelu), tp(std::move(tp)) {
+  MlpImpl(int64_t n_embd, double dropout, bool tanh_gelu)
+      : n_embd(n_embd), dropout(dropout), tanh_gelu(tanh_gelu) {
     reset();
   }
   void reset() override {
-    // Column-parallel c_fc, row-parallel c_proj.
-    c_fc = register_module("c_fc", linear(n_embd, 4 * n_embd / tensorParallelSize(tp)));
-    c_proj = register_module("c_proj", linear(4 * n_embd / tensorParallelSize(tp), n_embd));
+    c_fc = register_module("c_fc", Linear(n_embd, 4 * n_embd));
+    c_proj = register_module("c_proj", Linear(4 * n_embd, n_embd));
     drop = register_module("drop", torch::nn::Dropout(dropout));
   }
   torch::Tensor forward(torch::Tensor x) {
-    auto h = F::gelu(tp ? columnParallel(x, {c_fc->weight}, *tp)[0] + c_fc->bias : c_fc(x),
-                     F::GELUFuncOptions().approximate(tanh_gelu ? "tanh" : "none"));
-    if (tp) return drop(leaveTensorParallel(F::linear(h, c_proj->weight), *tp) + c_proj->bias);
+    auto h = F::gelu(c_fc(x), F::GELUFuncOptions().approximate(tanh_gelu ? "tanh" : "none"));
     return drop(c_proj(h));
   }
   int64_t n_embd;
   double dropout;
   bool tanh_gelu;
-  Tp tp;
-  torch::nn::Linear c_fc{nullptr}, c_proj{nullptr};
+  Linear c_fc{nullptr}, c_proj{nullptr};
   torch::nn::Dropout drop{nullptr};
 };
 TORCH_MODULE(Mlp);
 
 struct BlockImpl : torch::nn::Cloneable<BlockImpl>, CachedLayer, RepeatedBlock {
-  BlockImpl(int64_t n_embd, int64_t n_head, double dropout, bool tanh_gelu, Tp tp)
-      : n_embd(n_embd), n_head(n_head), dropout(dropout), tanh_gelu(tanh_gelu), tp(std::move(tp)) {
+  BlockImpl(int64_t n_embd, int64_t n_head, double dropout, bool tanh_gelu)
+      : n_embd(n_embd), n_head(n_head), dropout(dropout), tanh_gelu(tanh_gelu) {
     reset();
   }
   void reset() override {
     ln_1 = register_module("ln_1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({n_embd})));
-    attn = register_module("attn", CausalSelfAttention(n_embd, n_head, dropout, tp));
+    attn = register_module("attn", CausalSelfAttention(n_embd, n_head, dropout));
     ln_2 = register_module("ln_2", torch::nn::LayerNorm(torch::nn::LayerNormOptions({n_embd})));
-    mlp = register_module("mlp", Mlp(n_embd, dropout, tanh_gelu, tp));
+    mlp = register_module("mlp", Mlp(n_embd, dropout, tanh_gelu));
   }
   torch::Tensor forward(torch::Tensor x) { return run(x, nullptr); }
   torch::Tensor forwardCached(const torch::Tensor& x, int64_t, KvCache& cache) override {
@@ -149,7 +131,6 @@ struct BlockImpl : torch::nn::Cloneable<BlockImpl>, CachedLayer, RepeatedBlock {
   int64_t n_embd, n_head;
   double dropout;
   bool tanh_gelu;
-  Tp tp;
   torch::nn::LayerNorm ln_1{nullptr};
   CausalSelfAttention attn{nullptr};
   torch::nn::LayerNorm ln_2{nullptr};
@@ -157,41 +138,10 @@ struct BlockImpl : torch::nn::Cloneable<BlockImpl>, CachedLayer, RepeatedBlock {
 };
 TORCH_MODULE(Block);
 
-// Logits from the final hidden states. Tied (GPT-2's weight tying), it multiplies by the token
-// embedding's matrix, which it does not register: the parameter is then counted, optimised,
-// reduced and saved once, under layers.0.wte.weight, as PyTorch's tied modules save it once in
-// safetensors. On another pipeline stage's device it is copied there, and autograd carries the
-// gradient back. (A dp replica's head keeps using the original matrix, copied to its device: the
-// gradient reaches the same parameter.)
-struct LmHeadImpl : torch::nn::Cloneable<LmHeadImpl>, UsesSharedParameters {
-  LmHeadImpl(int64_t n_embd, int64_t vocab, Embedding tied, Tp tp)
-      : n_embd(n_embd), vocab(vocab), tied(std::move(tied)), tp(std::move(tp)) {
-    reset();
-  }
-  void reset() override {
-    if (!tied)
-      weight = register_parameter("weight", torch::empty({vocab / tensorParallelSize(tp), n_embd}));
-  }
-  torch::Tensor forward(torch::Tensor x) {
-    const auto& w = tied ? tied->wte->weight : weight;
-    if (tp) return vocabParallelLogits(x, w, *tp);
-    return F::linear(x, w.device() == x.device() ? w : w.to(x.device()));
-  }
-  std::vector<torch::Tensor> sharedParameters() const override {
-    if (!tied) return {};
-    return {tied->wte->weight};
-  }
-  int64_t n_embd, vocab;
-  Embedding tied{nullptr};
-  Tp tp;
-  torch::Tensor weight;
-};
-TORCH_MODULE(LmHead);
-
 }  // namespace
 
 Layerwise gptLayers(const config::ModelConfig& cfg, const std::vector<int64_t>& shape,
-                    int64_t vocab, std::shared_ptr<TensorParallelism> tp) {
+                    int64_t vocab) {
   if (shape.size() != 1)
     throw UsageError(fmt::format(
         "model gpt: expected token sequences (data.dataset: text), got inputs of {} dimensions",
@@ -205,12 +155,12 @@ Layerwise gptLayers(const config::ModelConfig& cfg, const std::vector<int64_t>& 
   Layerwise f;
   using Built = const torch::nn::Sequential&;
   f.layers.emplace_back([=](Built) {
-    return torch::nn::AnyModule(Embedding(vocab, cfg.block_size, cfg.n_embd, cfg.dropout, tp));
+    return torch::nn::AnyModule(TokensAndPositions(vocab, cfg.block_size, cfg.n_embd, cfg.dropout));
   });
   for (int64_t i = 0; i < cfg.n_layer; ++i)
     f.layers.emplace_back([=](Built) {
       return torch::nn::AnyModule(
-          Block(cfg.n_embd, cfg.n_head, cfg.dropout, cfg.gelu == config::Gelu::kTanh, tp));
+          Block(cfg.n_embd, cfg.n_head, cfg.dropout, cfg.gelu == config::Gelu::kTanh));
     });
   f.layers.emplace_back([=](Built) {
     return torch::nn::AnyModule(torch::nn::LayerNorm(torch::nn::LayerNormOptions({cfg.n_embd})));
@@ -218,7 +168,7 @@ Layerwise gptLayers(const config::ModelConfig& cfg, const std::vector<int64_t>& 
   f.layers.emplace_back([=](Built built) {
     return torch::nn::AnyModule(
         LmHead(cfg.n_embd, vocab,
-               cfg.tie_weights ? Embedding(built->ptr<EmbeddingImpl>(0)) : Embedding(nullptr), tp));
+               cfg.tie_weights ? built->ptr<TokensAndPositionsImpl>(0)->wte : Embedding(nullptr)));
   });
 
   // GPT-2's initialisation: N(0, 0.02) for matrices and embeddings, zero biases, and the residual
@@ -240,10 +190,6 @@ Layerwise gptLayers(const config::ModelConfig& cfg, const std::vector<int64_t>& 
       else
         p.normal_(0.0, 0.02);
     }
-  };
-  // GPT-2's c_attn holds q, k and v one after another: tensor parallelism splits each.
-  f.fused_parts = [](const std::string& name) {
-    return name.find("attn.c_attn.") != std::string::npos ? 3 : 1;
   };
   return f;
 }

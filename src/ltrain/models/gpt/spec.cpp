@@ -81,6 +81,18 @@ HfName hfName(const std::string& name, const config::ModelConfig& cfg) {
   return {fmt::format("transformer.h.{}.{}", i - 1, rest), conv1d};
 }
 
+// Megatron-LM's split of GPT-2 (layers.0 embeds, layers.1..n_layer are the blocks, then ln_f
+// and the head).
+std::vector<TpRule> tensorParallelPlan(const config::ModelConfig& m) {
+  return {{"layers.0.wte", TpStyle::kVocabEmbedding},
+          {"layers.0.wpe", TpStyle::kSequenceSlice},
+          {"layers.*.attn.c_attn", TpStyle::kColwise, 3},  // q, k and v one after another
+          {"layers.*.attn.c_proj", TpStyle::kRowwise},
+          {"layers.*.mlp.c_fc", TpStyle::kColwise},
+          {"layers.*.mlp.c_proj", TpStyle::kRowwise},
+          {fmt::format("layers.{}", m.n_layer + 2), TpStyle::kVocabHead}};
+}
+
 // The positions table, and the token embedding unless the head multiplies by it, are only
 // looked up.
 double flops(const config::ModelConfig& m, int64_t params, int64_t vocab) {
@@ -99,6 +111,7 @@ ModelSpec spec() {
   s.validate = headsDivideWidth;
   s.validate_tensor_parallel = tensorParallel;
   s.hf = {{"gpt2"}, importConfig, exportConfig, hfName, "transformer."};
+  s.tensor_parallel_plan = tensorParallelPlan;
   s.flops_per_token = flops;
   return s;
 }

@@ -21,20 +21,19 @@
 #include "ltrain/models/llama/llama.h"
 #include "ltrain/models/llama/spec.h"
 #include "ltrain/models/model.h"
-#include "ltrain/models/tensor_parallel.h"
+#include "ltrain/models/parallel_modules.h"
 
 namespace ltrain::models {
 namespace {
 
 namespace F = torch::nn::functional;
 
-torch::nn::Linear linear(int64_t in, int64_t out) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+Linear linear(int64_t in, int64_t out) {
+  return Linear(in, out, /*bias=*/false);
 }
 
-// With `tp` (dist.tensor_parallel, models/tensor_parallel.h) each module holds this rank's part:
-// 1/tp of the vocabulary, of the query and key-value heads, and of the MLP's width.
-using Tp = std::shared_ptr<TensorParallelism>;
+// The linears and tables are models/parallel_modules.h's, which dist.tensor_parallel splits from
+// outside (the spec's plan); a module then holds 1/tp of the heads and infers how many.
 
 // cos and sin of every position's rotation, [positions, head_size], built once per device and
 // grown when a longer sequence comes (generation past block_size).
@@ -90,32 +89,14 @@ struct RmsNormImpl : torch::nn::Module {
 };
 TORCH_MODULE(RmsNorm);
 
-struct TokenEmbeddingImpl : torch::nn::Module {
-  TokenEmbeddingImpl(int64_t vocab, int64_t n_embd, int64_t block_size, Tp tp)
-      : block_size(block_size), tp(std::move(tp)) {
-    weight =
-        register_parameter("weight", torch::empty({vocab / tensorParallelSize(this->tp), n_embd}));
-  }
-  torch::Tensor forward(const torch::Tensor& idx) {
-    return tp ? vocabParallelEmbedding(idx, weight, *tp) : F::embedding(idx, weight);
-  }
-  int64_t block_size;
-  Tp tp;
-  torch::Tensor weight;
-};
-TORCH_MODULE(TokenEmbedding);
-
 struct AttentionImpl : torch::nn::Module {
-  // Column-parallel q, k, v (this rank's heads), row-parallel o_proj.
   AttentionImpl(const config::ModelConfig& c, const LlamaBlock& block,
-                std::shared_ptr<RotaryTables> rotary, Tp tp)
-      : n_head(c.n_head / tensorParallelSize(tp)),
-        n_kv_head((c.n_kv_head > 0 ? c.n_kv_head : c.n_head) / tensorParallelSize(tp)),
-        head_size(llama::headDim(c)),
+                std::shared_ptr<RotaryTables> rotary)
+      : head_size(llama::headDim(c)),
         window(block.sliding_window),
         dropout(c.dropout),
-        rotary(std::move(rotary)),
-        tp(std::move(tp)) {
+        rotary(std::move(rotary)) {
+    const int64_t n_head = c.n_head, n_kv_head = c.n_kv_head > 0 ? c.n_kv_head : c.n_head;
     q_proj = register_module("q_proj", linear(c.n_embd, n_head * head_size));
     k_proj = register_module("k_proj", linear(c.n_embd, n_kv_head * head_size));
     v_proj = register_module("v_proj", linear(c.n_embd, n_kv_head * head_size));
@@ -126,14 +107,12 @@ struct AttentionImpl : torch::nn::Module {
     }
   }
   torch::Tensor forward(const torch::Tensor& input, int64_t pos, KvCache* cache) {
-    const auto qkv =
-        tp ? columnParallel(input, {q_proj->weight, k_proj->weight, v_proj->weight}, *tp)
-           : std::vector<torch::Tensor>{q_proj(input), k_proj(input), v_proj(input)};
+    const auto qkv = linearsOf(input, {q_proj, k_proj, v_proj});
     const int64_t b = qkv[0].size(0), t = qkv[0].size(1);
-    auto heads = [&](const torch::Tensor& y, int64_t n) {
-      return y.view({b, t, n, head_size}).transpose(1, 2);  // [B, n, T, hs]
+    auto heads = [&](const torch::Tensor& y) {  // the heads this module holds
+      return y.view({b, t, y.size(2) / head_size, head_size}).transpose(1, 2);  // [B, n, T, hs]
     };
-    auto q = heads(qkv[0], n_head), k = heads(qkv[1], n_kv_head), v = heads(qkv[2], n_kv_head);
+    auto q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
     if (q_norm) q = q_norm(q), k = k_norm(k);
     auto [cos, sin] = rotary->get(pos, t, input.device());
     q = applyRotary(q, cos.to(q.scalar_type()), sin.to(q.scalar_type()));
@@ -142,43 +121,38 @@ struct AttentionImpl : torch::nn::Module {
       if (cache->k.defined()) k = torch::cat({cache->k, k}, 2), v = torch::cat({cache->v, v}, 2);
       cache->k = k, cache->v = v;
     }
-    auto y = cachedAttention(q, k, v, is_training() ? dropout : 0.0, n_kv_head != n_head, window);
-    auto out = o_proj(y.transpose(1, 2).contiguous().view({b, t, n_head * head_size}));
-    return tp ? leaveTensorParallel(out, *tp) : out;
+    const bool gqa = k.size(1) != q.size(1);
+    auto y = cachedAttention(q, k, v, is_training() ? dropout : 0.0, gqa, window);
+    return o_proj(y.transpose(1, 2).contiguous().view({b, t, q.size(1) * head_size}));
   }
-  int64_t n_head, n_kv_head, head_size;  // this rank's heads
-  int64_t window;                        // keys a query sees; 0: all before it
+  int64_t head_size;
+  int64_t window;  // keys a query sees; 0: all before it
   double dropout;
   std::shared_ptr<RotaryTables> rotary;
-  Tp tp;
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RmsNorm q_norm{nullptr}, k_norm{nullptr};
 };
 TORCH_MODULE(Attention);
 
-// Column-parallel gate and up, row-parallel down.
 struct SwiGluImpl : torch::nn::Module {
-  SwiGluImpl(int64_t n_embd, int64_t hidden, Tp tp) : tp(std::move(tp)) {
-    hidden /= tensorParallelSize(this->tp);
+  SwiGluImpl(int64_t n_embd, int64_t hidden) {
     gate_proj = register_module("gate_proj", linear(n_embd, hidden));
     up_proj = register_module("up_proj", linear(n_embd, hidden));
     down_proj = register_module("down_proj", linear(hidden, n_embd));
   }
   torch::Tensor forward(const torch::Tensor& input) {
-    if (!tp) return down_proj(F::silu(gate_proj(input)) * up_proj(input));
-    const auto gate_up = columnParallel(input, {gate_proj->weight, up_proj->weight}, *tp);
-    return leaveTensorParallel(down_proj(F::silu(gate_up[0]) * gate_up[1]), *tp);
+    const auto gate_up = linearsOf(input, {gate_proj, up_proj});
+    return down_proj(F::silu(gate_up[0]) * gate_up[1]);
   }
-  Tp tp;
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(SwiGlu);
 
 struct DecoderLayerImpl : torch::nn::Module, CachedLayer, RepeatedBlock {
   DecoderLayerImpl(const config::ModelConfig& c, const LlamaBlock& block,
-                   std::shared_ptr<RotaryTables> rotary, Tp tp) {
-    self_attn = register_module("self_attn", Attention(c, block, std::move(rotary), tp));
-    mlp = register_module("mlp", SwiGlu(c.n_embd, c.intermediate_size, tp));
+                   std::shared_ptr<RotaryTables> rotary) {
+    self_attn = register_module("self_attn", Attention(c, block, std::move(rotary)));
+    mlp = register_module("mlp", SwiGlu(c.n_embd, c.intermediate_size));
     input_layernorm = register_module("input_layernorm", RmsNorm(c.n_embd, c.norm_eps));
     post_attention_layernorm =
         register_module("post_attention_layernorm", RmsNorm(c.n_embd, c.norm_eps));
@@ -197,34 +171,10 @@ struct DecoderLayerImpl : torch::nn::Module, CachedLayer, RepeatedBlock {
 };
 TORCH_MODULE(DecoderLayer);
 
-// The output projection: its own matrix, or the token embedding's (tie_weights), which it then
-// does not register, as transformers saves a tied lm_head once, under model.embed_tokens.weight.
-struct HeadImpl : torch::nn::Module, UsesSharedParameters {
-  HeadImpl(int64_t n_embd, int64_t vocab, TokenEmbedding tied, Tp tp)
-      : tied(std::move(tied)), tp(std::move(tp)) {
-    if (!this->tied)
-      weight = register_parameter("weight",
-                                  torch::empty({vocab / tensorParallelSize(this->tp), n_embd}));
-  }
-  torch::Tensor forward(const torch::Tensor& x) {
-    const auto& w = tied ? tied->weight : weight;
-    if (tp) return vocabParallelLogits(x, w, *tp);
-    return F::linear(x, w.device() == x.device() ? w : w.to(x.device()));
-  }
-  std::vector<torch::Tensor> sharedParameters() const override {
-    if (!tied) return {};
-    return {tied->weight};
-  }
-  TokenEmbedding tied{nullptr};
-  Tp tp;
-  torch::Tensor weight;
-};
-TORCH_MODULE(Head);
-
 }  // namespace
 
 Layerwise llamaLayers(const config::ModelConfig& cfg, const std::vector<int64_t>& shape,
-                      int64_t vocab, std::shared_ptr<TensorParallelism> tp, LlamaBlock block) {
+                      int64_t vocab, LlamaBlock block) {
   if (shape.size() != 1)
     throw UsageError(fmt::format(
         "model {}: expected token sequences (data.dataset: text or tokens), got inputs of {} "
@@ -238,19 +188,16 @@ Layerwise llamaLayers(const config::ModelConfig& cfg, const std::vector<int64_t>
   Layerwise f;
   using Built = const torch::nn::Sequential&;
   f.layers.emplace_back([=](Built) {
-    return torch::nn::AnyModule(TokenEmbedding(vocab, cfg.n_embd, cfg.block_size, tp));
+    return torch::nn::AnyModule(Embedding(torch::empty({vocab, cfg.n_embd})));
   });
   for (int64_t i = 0; i < cfg.n_layer; ++i)
     f.layers.emplace_back(
-        [=](Built) { return torch::nn::AnyModule(DecoderLayer(cfg, block, rotary, tp)); });
+        [=](Built) { return torch::nn::AnyModule(DecoderLayer(cfg, block, rotary)); });
   f.layers.emplace_back(
       [=](Built) { return torch::nn::AnyModule(RmsNorm(cfg.n_embd, cfg.norm_eps)); });
   f.layers.emplace_back([=](Built built) {
-    return torch::nn::AnyModule(Head(cfg.n_embd, vocab,
-                                     cfg.tie_weights
-                                         ? TokenEmbedding(built->ptr<TokenEmbeddingImpl>(0))
-                                         : TokenEmbedding(nullptr),
-                                     tp));
+    return torch::nn::AnyModule(LmHead(
+        cfg.n_embd, vocab, cfg.tie_weights ? Embedding(built->ptr<EmbeddingImpl>(0)) : nullptr));
   });
   // transformers' LlamaPreTrainedModel: N(0, 0.02) for every matrix and the embedding; the norms
   // keep their ones.
@@ -278,11 +225,6 @@ Layerwise llamaLayers(const config::ModelConfig& cfg, const std::vector<int64_t>
     if (!tied) tree.emplace_back("lm_head", seq->ptr(static_cast<size_t>(n_layer + 2)));
     return Classifier(seq, std::move(tree), std::move(prefixes));
   };
-  if (block.qk_norm)  // each rank normalises its own heads: their gradients are partial
-    f.partial_gradients = [](const std::string& name) {
-      return name.find("self_attn.q_norm.") != std::string::npos ||
-             name.find("self_attn.k_norm.") != std::string::npos;
-    };
   return f;
 }
 
@@ -290,9 +232,8 @@ namespace llama {
 
 ModelBuilder builder() {
   ModelBuilder b;
-  b.layers = [](const config::ModelConfig& cfg, const std::vector<int64_t>& shape, int64_t vocab,
-                std::shared_ptr<TensorParallelism> tp) {
-    return llamaLayers(cfg, shape, vocab, std::move(tp), {});
+  b.layers = [](const config::ModelConfig& cfg, const std::vector<int64_t>& shape, int64_t vocab) {
+    return llamaLayers(cfg, shape, vocab, {});
   };
   return b;
 }

@@ -9,16 +9,14 @@
 
 namespace ltrain::models {
 
-struct TensorParallelism;
-
 struct LlamaBlock {
   bool qk_norm = false;        // an RMSNorm over each query and key head before the rotation
   int64_t sliding_window = 0;  // keys a query sees, itself included; 0: all before it
 };
 
 // Named as transformers' LlamaForCausalLM (Qwen3ForCausalLM, MistralForCausalLM: the same
-// names); with `tp`, the layers as one rank of a tensor-parallel group holds them.
+// names).
 Layerwise llamaLayers(const config::ModelConfig&, const std::vector<int64_t>& input_shape,
-                      int64_t vocab, std::shared_ptr<TensorParallelism> tp, LlamaBlock block);
+                      int64_t vocab, LlamaBlock block);
 
 }  // namespace ltrain::models

@@ -146,6 +146,19 @@ double flops(const config::ModelConfig& m, int64_t params, int64_t vocab, int64_
   return transformerFlops(m, params, m.tie_weights ? 0 : vocab * m.n_embd, headDim(m), attended);
 }
 
+std::vector<TpRule> tensorParallelPlan(const config::ModelConfig&) {
+  const std::string block = "model.layers.*.";
+  return {{"model.embed_tokens", TpStyle::kVocabEmbedding},
+          {block + "self_attn.q_proj", TpStyle::kColwise},
+          {block + "self_attn.k_proj", TpStyle::kColwise},
+          {block + "self_attn.v_proj", TpStyle::kColwise},
+          {block + "self_attn.o_proj", TpStyle::kRowwise},
+          {block + "mlp.gate_proj", TpStyle::kColwise},
+          {block + "mlp.up_proj", TpStyle::kColwise},
+          {block + "mlp.down_proj", TpStyle::kRowwise},
+          {"lm_head", TpStyle::kVocabHead}};
+}
+
 ModelSpec spec() {
   ModelSpec s;
   s.traits = {"llama", true, false, false, true, true};
@@ -155,6 +168,7 @@ ModelSpec spec() {
   s.validate = validate;
   s.validate_tensor_parallel = validateTensorParallel;
   s.hf = {{"llama"}, importConfig, llamaConfig, nullptr, ""};
+  s.tensor_parallel_plan = tensorParallelPlan;
   s.flops_per_token = llamaFlops;
   return s;
 }

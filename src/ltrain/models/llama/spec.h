@@ -7,6 +7,7 @@
 #include "ltrain/config/hf_config.h"
 #include "ltrain/config/load.h"
 #include "ltrain/io/json.h"
+#include "ltrain/models/spec.h"
 
 namespace ltrain::models::llama {
 
@@ -23,6 +24,9 @@ void importConfig(config::HfMerger& m);
 // LlamaConfig's config.json under `architecture` and `model_type`.
 io::Json exportConfig(const config::ModelConfig& cfg, int64_t vocab, int64_t max_positions,
                       const std::string& architecture, const std::string& model_type);
+// Megatron-LM's split of the block under transformers' names: q, k, v, gate and up
+// column-parallel, o and down row-parallel, the vocabulary split in the embedding and the head.
+std::vector<TpRule> tensorParallelPlan(const config::ModelConfig& m);
 // 6N + 12 L H Q T with T the keys a query attends to (`attended`).
 double flops(const config::ModelConfig& m, int64_t params, int64_t vocab, int64_t attended);
 

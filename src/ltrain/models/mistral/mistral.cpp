@@ -9,9 +9,8 @@ namespace ltrain::models::mistral {
 
 ModelBuilder builder() {
   ModelBuilder b;
-  b.layers = [](const config::ModelConfig& cfg, const std::vector<int64_t>& shape, int64_t vocab,
-                std::shared_ptr<TensorParallelism> tp) {
-    return llamaLayers(cfg, shape, vocab, std::move(tp), {false, cfg.sliding_window});
+  b.layers = [](const config::ModelConfig& cfg, const std::vector<int64_t>& shape, int64_t vocab) {
+    return llamaLayers(cfg, shape, vocab, {false, cfg.sliding_window});
   };
   return b;
 }

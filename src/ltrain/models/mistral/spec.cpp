@@ -49,6 +49,7 @@ ModelSpec spec() {
   s.validate = llama::validate;
   s.validate_tensor_parallel = llama::validateTensorParallel;
   s.hf = {{"mistral"}, importConfig, exportConfig, nullptr, ""};
+  s.tensor_parallel_plan = llama::tensorParallelPlan;
   s.flops_per_token = flops;
   return s;
 }

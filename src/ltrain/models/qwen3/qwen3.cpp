@@ -9,9 +9,8 @@ namespace ltrain::models::qwen3 {
 
 ModelBuilder builder() {
   ModelBuilder b;
-  b.layers = [](const config::ModelConfig& cfg, const std::vector<int64_t>& shape, int64_t vocab,
-                std::shared_ptr<TensorParallelism> tp) {
-    return llamaLayers(cfg, shape, vocab, std::move(tp), {/*qk_norm=*/true, 0});
+  b.layers = [](const config::ModelConfig& cfg, const std::vector<int64_t>& shape, int64_t vocab) {
+    return llamaLayers(cfg, shape, vocab, {/*qk_norm=*/true, 0});
   };
   return b;
 }

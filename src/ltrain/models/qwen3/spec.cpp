@@ -34,6 +34,15 @@ double flops(const config::ModelConfig& m, int64_t params, int64_t vocab) {
 
 }  // namespace
 
+// llama's, and the per-head norms: each rank normalises its own heads, so their gradients are
+// partial.
+std::vector<TpRule> tensorParallelPlan(const config::ModelConfig& m) {
+  auto plan = llama::tensorParallelPlan(m);
+  plan.push_back({"model.layers.*.self_attn.q_norm", TpStyle::kPartialGradient});
+  plan.push_back({"model.layers.*.self_attn.k_norm", TpStyle::kPartialGradient});
+  return plan;
+}
+
 ModelSpec spec() {
   ModelSpec s;
   s.traits = {"qwen3", true, false, false, true, true};
@@ -42,6 +51,7 @@ ModelSpec spec() {
   s.validate = llama::validate;
   s.validate_tensor_parallel = llama::validateTensorParallel;
   s.hf = {{"qwen3"}, importConfig, exportConfig, nullptr, ""};
+  s.tensor_parallel_plan = tensorParallelPlan;
   s.flops_per_token = flops;
   return s;
 }

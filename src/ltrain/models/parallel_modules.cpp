@@ -1,0 +1,88 @@
+#include "ltrain/models/parallel_modules.h"
+
+#include <torch/torch.h>
+
+#include "ltrain/models/tensor_parallel.h"
+
+namespace ltrain::models {
+
+namespace F = torch::nn::functional;
+
+LinearImpl::LinearImpl(int64_t in, int64_t out, bool has_bias) {
+  // torch's own constructor, for its initialisation's draws.
+  torch::nn::LinearImpl made(torch::nn::LinearOptions(in, out).bias(has_bias));
+  weight = register_parameter("weight", made.weight);
+  if (has_bias) bias = register_parameter("bias", made.bias);
+}
+
+void LinearImpl::reset() {
+  weight = register_parameter("weight", torch::empty(weight.sizes(), weight.options()));
+  if (bias.defined()) bias = register_parameter("bias", torch::empty(bias.sizes(), bias.options()));
+}
+
+torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  if (!tp) return F::linear(x, weight, bias);
+  auto y = style == TpStyle::kRowwise ? leaveTensorParallel(F::linear(x, weight), *tp)
+                                      : columnParallel(x, {weight}, *tp)[0];
+  return bias.defined() ? y + bias : y;
+}
+
+EmbeddingImpl::EmbeddingImpl(torch::Tensor w) {
+  weight = register_parameter("weight", std::move(w));
+}
+
+void EmbeddingImpl::reset() {
+  weight = register_parameter("weight", torch::empty(weight.sizes(), weight.options()));
+}
+
+torch::Tensor EmbeddingImpl::forward(const torch::Tensor& ids) {
+  if (tp && style == TpStyle::kVocabEmbedding) return vocabParallelEmbedding(ids, weight, *tp);
+  auto e = F::embedding(ids, weight);
+  if (tp && style == TpStyle::kSequenceSlice && tp->sequence_parallel) {
+    const int64_t n = e.size(-2) / tp->size;  // positions along the second-to-last dimension
+    return e.narrow(-2, tp->rank * n, n);
+  }
+  return e;
+}
+
+LmHeadImpl::LmHeadImpl(int64_t dim, int64_t vocab, Embedding tied)
+    : dim(dim), vocab(vocab), tied(std::move(tied)) {
+  reset();
+}
+
+void LmHeadImpl::reset() {
+  if (!tied)
+    weight = register_parameter("weight", weight.defined()
+                                              ? torch::empty(weight.sizes(), weight.options())
+                                              : torch::empty({vocab, dim}));
+}
+
+torch::Tensor LmHeadImpl::forward(const torch::Tensor& x) {
+  const auto& w = tied ? tied->weight : weight;
+  if (tp) return vocabParallelLogits(x, w, *tp);
+  return F::linear(x, w.device() == x.device() ? w : w.to(x.device()));
+}
+
+std::vector<torch::Tensor> LmHeadImpl::sharedParameters() const {
+  if (!tied) return {};
+  return {tied->weight};
+}
+
+std::vector<torch::Tensor> linearsOf(const torch::Tensor& x, std::vector<Linear> linears) {
+  std::vector<torch::Tensor> out;
+  const auto& tp = linears.front()->tp;
+  bool together = tp != nullptr;
+  for (const auto& l : linears) together = together && l->tp == tp && l->style == TpStyle::kColwise;
+  if (!together) {
+    for (auto& l : linears) out.push_back(l->forward(x));
+    return out;
+  }
+  std::vector<torch::Tensor> weights;
+  for (const auto& l : linears) weights.push_back(l->weight);
+  out = columnParallel(x, weights, *tp);
+  for (size_t i = 0; i < out.size(); ++i)
+    if (linears[i]->bias.defined()) out[i] = out[i] + linears[i]->bias;
+  return out;
+}
+
+}  // namespace ltrain::models

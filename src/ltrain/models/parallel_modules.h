@@ -1,0 +1,66 @@
+// The Linear, Embedding and head modules the transformer families are built of: plain, each is
+// torch's (same parameter names, same values), and dist.tensor_parallel takes them over from
+// outside: parallelize() (models/parallelize.h) slices their parameters and sets their style, as
+// PyTorch's parallelize_module gives an nn.Linear a ParallelStyle. The models never name tensor
+// parallelism; a module whose heads are split infers how many it holds from its inputs' widths.
+#pragma once
+#include <torch/nn/cloneable.h>
+#include <torch/nn/pimpl.h>
+
+#include <memory>
+#include <vector>
+
+#include "ltrain/models/model.h"
+#include "ltrain/models/spec.h"
+
+namespace ltrain::models {
+
+struct TensorParallelism;
+
+// What parallelize() sets on a module of its plan; no tp: the module is plain.
+struct Parallelizable {
+  virtual ~Parallelizable() = default;
+  TpStyle style = TpStyle::kColwise;
+  std::shared_ptr<TensorParallelism> tp;
+};
+
+// y = x W^T + b (torch::nn::Linear's, with its initialisation).
+struct LinearImpl : torch::nn::Cloneable<LinearImpl>, Parallelizable {
+  LinearImpl(int64_t in, int64_t out, bool bias = true);
+  void reset() override;  // registers parameters of the current shapes again (clone)
+  torch::Tensor forward(const torch::Tensor& x);
+  torch::Tensor weight, bias;
+};
+TORCH_MODULE(Linear);
+
+// A lookup table: `weight` [rows, dim], as made by the family (torch::nn::Embedding draws N(0, 1);
+// llama leaves it to its initialisation).
+struct EmbeddingImpl : torch::nn::Cloneable<EmbeddingImpl>, Parallelizable {
+  explicit EmbeddingImpl(torch::Tensor weight);
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& ids);
+  torch::Tensor weight;
+};
+TORCH_MODULE(Embedding);
+
+// Logits from the final hidden states, by the head's own matrix [vocab, dim], or by the token
+// embedding's (tied: GPT-2's and Llama's tie_word_embeddings), which it then does not register:
+// the parameter is counted, optimised, reduced and saved once, as transformers saves a tied
+// lm_head once. On another pipeline stage's device the tied matrix is copied there and autograd
+// carries the gradient back; a dp replica's head keeps the original's, copied to its device.
+struct LmHeadImpl : torch::nn::Cloneable<LmHeadImpl>, Parallelizable, UsesSharedParameters {
+  LmHeadImpl(int64_t dim, int64_t vocab, Embedding tied);
+  void reset() override;
+  torch::Tensor forward(const torch::Tensor& x);
+  std::vector<torch::Tensor> sharedParameters() const override;
+  int64_t dim, vocab;
+  Embedding tied{nullptr};
+  torch::Tensor weight;
+};
+TORCH_MODULE(LmHead);
+
+// Several linears of one input (q, k and v; gate and up). Column-parallel, the input enters the
+// group once for all of them (one all-reduce of its gradient, or one all-gather of the sequence).
+std::vector<torch::Tensor> linearsOf(const torch::Tensor& x, std::vector<Linear> linears);
+
+}  // namespace ltrain::models
