@@ -14,7 +14,7 @@
 #include <iostream>
 
 #include "ltrain/common/allocator.h"
-#include "ltrain/common/error_report.h"
+#include "ltrain/io/error_report.h"
 
 #include "ltrain/common/errors.h"
 #include "ltrain/common/memory_phase.h"

@@ -11,7 +11,7 @@
 #include "ltrain/config/schema.h"
 #include "ltrain/data/loader.h"
 #include "ltrain/models/model.h"
-#include "ltrain/train/precision.h"
+#include "ltrain/compute/precision.h"
 #include "support/cuda_expect.h"
 #include "support/process.h"
 #include "support/results.h"
@@ -82,7 +82,7 @@ TEST_CASE("bf16 autocast really computes in bf16 on the GPU", "[cuda]") {
   auto model = ltrain::models::build(cfg.model, {1, 8, 8}, 4);
   model->to(torch::kCUDA);
   auto x = torch::randn({4, 1, 8, 8}, torch::kCUDA);
-  ltrain::train::AutocastScope autocast(ltrain::config::Precision::kBf16, torch::kCUDA);
+  ltrain::compute::AutocastScope autocast(ltrain::config::Precision::kBf16, torch::kCUDA);
   CHECK(model->layers->ptr(0)->as<torch::nn::Conv2d>()->forward(x).scalar_type() ==
         torch::kBFloat16);
   CHECK(model->forward(x).scalar_type() == torch::kBFloat16);

@@ -9,7 +9,7 @@
 #include "ltrain/config/schema.h"
 #include "ltrain/distributed/data_parallel.h"
 #include "ltrain/models/model.h"
-#include "ltrain/train/precision.h"
+#include "ltrain/compute/precision.h"
 
 namespace {
 struct Case {
@@ -73,7 +73,7 @@ TEST_CASE(
   const std::vector<torch::Device> two{torch::kCPU, torch::kCPU};
   auto x = torch::randn({6, 1, 8, 8});
   {
-    ltrain::train::AutocastScope autocast(ltrain::config::Precision::kBf16, torch::kCPU);
+    ltrain::compute::AutocastScope autocast(ltrain::config::Precision::kBf16, torch::kCPU);
     auto out = ltrain::distributed::dataParallelForward(model, x, two);
     // A replica in fp32 would make the concatenation fp32.
     CHECK(out.scalar_type() == torch::kBFloat16);

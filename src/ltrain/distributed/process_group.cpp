@@ -11,7 +11,7 @@
 #include <algorithm>
 #include <thread>
 
-#include "ltrain/common/error_report.h"
+#include "ltrain/io/error_report.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/common/stop_signal.h"
 #include "ltrain/cuda/plugin.h"

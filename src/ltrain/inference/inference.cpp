@@ -13,6 +13,8 @@
 #include "ltrain/checkpoint/sharded_checkpoint.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/common/memory_phase.h"
+#include "ltrain/compute/devices.h"
+#include "ltrain/compute/precision.h"
 #include "ltrain/config/hf_config.h"
 #include "ltrain/config/model_families.h"
 #include "ltrain/io/files.h"
@@ -20,18 +22,16 @@
 #include "ltrain/io/safetensors.h"
 #include "ltrain/models/hf_checkpoint.h"
 #include "ltrain/models/spec.h"
-#include "ltrain/train/devices.h"
-#include "ltrain/train/precision.h"
 
 namespace fs = std::filesystem;
 
 namespace ltrain::inference {
 using checkpoint::loadCheckpointModel;
 using checkpoint::newestCheckpoint;
-using train::AutocastScope;
-using train::bindDevice;
-using train::chooseDevices;
-using train::Devices;
+using compute::AutocastScope;
+using compute::bindDevice;
+using compute::chooseDevices;
+using compute::Devices;
 namespace {
 
 bool isSafetensors(const std::string& p) {

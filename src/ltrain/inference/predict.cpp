@@ -10,17 +10,16 @@
 #include <sstream>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/compute/precision.h"
 #include "ltrain/data/csv_table.h"
 #include "ltrain/data/image_files.h"
 #include "ltrain/data/loader.h"
+#include "ltrain/inference/trained_model.h"
 #include "ltrain/io/files.h"
-#include "ltrain/train/evaluate.h"
-#include "ltrain/train/precision.h"
 
 namespace ltrain::inference {
 namespace fs = std::filesystem;
-using train::AutocastScope;
-using train::loadTrainedClassifier;
+using compute::AutocastScope;
 namespace {
 
 // What is predicted: the examples (image files, or table rows already standardised) and what is
@@ -158,7 +157,8 @@ PredictSummary runPredict(const PredictRequest& req) {
   int64_t row = 0;
   while (loader.next(b)) {
     AutocastScope autocast(cfg.train.precision, t.devices.main.type());
-    auto logits = train::forward(t.model, b.inputs.to(t.devices.main), t.devices).to(torch::kFloat);
+    auto logits =
+        compute::forward(t.model, b.inputs.to(t.devices.main), t.devices).to(torch::kFloat);
     auto [p, idx] = torch::softmax(logits, -1).topk(k, -1);
     p = p.cpu(), idx = idx.cpu();
     const auto pa = p.accessor<float, 2>();

@@ -7,14 +7,13 @@
 #include <filesystem>
 #include <numeric>
 
-#include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/common/errors.h"
+#include "ltrain/compute/precision.h"
 #include "ltrain/data/loader.h"
 #include "ltrain/distributed/mesh.h"
-#include "ltrain/io/safetensors.h"
+#include "ltrain/inference/trained_model.h"
 #include "ltrain/models/tensor_parallel.h"
 #include "ltrain/train/loss.h"
-#include "ltrain/train/precision.h"
 
 namespace ltrain::train {
 
@@ -25,7 +24,7 @@ const char* heldOutName(const data::Dataset& ds) {
 // Each rank evaluates a contiguous shard of the split (no padding, so nothing counts twice); the
 // sums are reduced over ranks.
 EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t batch_size,
-                    config::Precision precision, const Devices& devices,
+                    config::Precision precision, const compute::Devices& devices,
                     distributed::ProcessGroup* pg) {
   torch::NoGradGuard no_grad;
   model->eval();
@@ -45,8 +44,8 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
   data::Batch b, last;
   int64_t batches = 0;
   auto run = [&](const data::Batch& batch) {
-    AutocastScope autocast(precision, devices.main.type());
-    return forward(model, batch.inputs.to(devices.main), devices).to(torch::kFloat);
+    compute::AutocastScope autocast(precision, devices.main.type());
+    return compute::forward(model, batch.inputs.to(devices.main), devices).to(torch::kFloat);
   };
   while (loader.next(b)) {
     auto out = run(b);
@@ -77,41 +76,8 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
   return {host[0] / n, host[1] / n};
 }
 
-TrainedClassifier loadTrainedClassifier(const config::LoadedConfig& lc,
-                                        const std::string& weights) {
-  const auto& cfg = lc.cfg;
-  if (cfg.train.threads > 0) at::set_num_threads(static_cast<int>(cfg.train.threads));
-  std::error_code ec;
-  const bool shards = std::filesystem::exists(weights + "/index.json", ec);  // dist.zero 3's
-  if (!shards && !std::filesystem::is_regular_file(weights, ec))
-    throw UsageError(
-        std::filesystem::is_directory(weights, ec)
-            ? fmt::format("--checkpoint '{}' is a directory, expected a .pt or .safetensors file "
-                          "or a sharded checkpoint's step-N.shards directory",
-                          weights)
-            : fmt::format("--checkpoint '{}' not found", weights));
-  TrainedClassifier t;
-  t.splits = data::loadDataset(cfg.data, static_cast<uint64_t>(cfg.seed), cfg.model.block_size,
-                               cfg.model.vocab_size);
-  torch::manual_seed(static_cast<uint64_t>(cfg.seed));
-  t.model = models::build(cfg.model, t.splits.train.exampleShape(), t.splits.train.num_classes,
-                          t.splits.train.tokens);
-  const bool safetensors =
-      weights.size() > 12 && weights.substr(weights.size() - 12) == ".safetensors";
-  if (safetensors)
-    io::loadModuleState(*t.model, weights);
-  else
-    checkpoint::loadCheckpointModel(weights,
-                                    *t.model);  // read onto the CPU, whatever device saved it
-  t.devices = chooseDevices(cfg, distributed::Runtime{});
-  bindDevice(t.devices.main);
-  placeModel(t.model, cfg.model, t.devices);
-  t.model->eval();
-  return t;
-}
-
 EvalSummary evaluateWeights(const config::LoadedConfig& lc, const std::string& weights) {
-  auto t = loadTrainedClassifier(lc, weights);
+  auto t = inference::loadTrainedClassifier(lc, weights);
   const auto& cfg = lc.cfg;
   auto r = evaluate(t.model, t.splits.test, cfg.data.eval_batch_size, cfg.train.precision,
                     t.devices, nullptr);

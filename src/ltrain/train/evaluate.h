@@ -4,11 +4,11 @@
 #pragma once
 #include <string>
 
+#include "ltrain/compute/devices.h"
 #include "ltrain/config/load.h"
 #include "ltrain/data/dataset.h"
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/models/model.h"
-#include "ltrain/train/devices.h"
 
 namespace ltrain::train {
 
@@ -18,7 +18,7 @@ struct EvalResult {
 
 // Collective when `pg` is set: every rank calls it.
 EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t batch_size,
-                    config::Precision precision, const Devices& devices,
+                    config::Precision precision, const compute::Devices& devices,
                     distributed::ProcessGroup* pg);
 
 // What the held-out split is called in logs and metrics: "val" for text, "test" otherwise.
@@ -29,16 +29,6 @@ struct EvalSummary {
   int64_t examples = 0;
   bool language_model = false;  // per-token loss on the text's validation split
 };
-
-// The config's model with weights from a checkpoint (.pt, whatever device wrote it) or a
-// .safetensors file, on the config's device in eval mode, and the dataset it was built for (its
-// shapes, classes and statistics). UsageError for a missing or mismatched file.
-struct TrainedClassifier {
-  data::Splits splits;
-  models::Classifier model{nullptr};
-  Devices devices;
-};
-TrainedClassifier loadTrainedClassifier(const config::LoadedConfig& lc, const std::string& weights);
 
 // `ltrain eval`: the config's model with weights from a checkpoint (.pt, whatever device wrote
 // it) or a .safetensors file, on the test split. UsageError for a missing or mismatched file.

@@ -6,15 +6,15 @@
 #include <chrono>
 #include <stdexcept>
 
+#include "ltrain/compute/precision.h"
 #include "ltrain/models/tensor_parallel.h"
 #include "ltrain/train/loss.h"
-#include "ltrain/train/precision.h"
 
 namespace ltrain::train {
 
 TrainStep::TrainStep(const config::ExperimentConfig& cfg, models::Classifier& model,
-                     const Devices& devices, distributed::ParallelPlan& plan, GradScaler& scaler,
-                     const Faults& faults)
+                     const compute::Devices& devices, distributed::ParallelPlan& plan,
+                     GradScaler& scaler, const Faults& faults)
     : cfg_(cfg), model_(model), devices_(devices), plan_(plan), scaler_(scaler), faults_(faults) {
   // Only where a step can be skipped rather than stop the run.
   if (cfg.train.nonfinite == config::NonFinite::kSkip || scaler.enabled())
@@ -86,13 +86,13 @@ torch::Tensor TrainStep::forwardLoss(const data::Batch& b, int64_t step) {
   auto x = b.inputs.to(devices_.main, /*non_blocking=*/true);
   faults_.beforeForward(step, x);
   auto y = b.targets.to(devices_.main, /*non_blocking=*/true);
-  AutocastScope autocast(cfg_.train.precision, devices_.main.type());
+  compute::AutocastScope autocast(cfg_.train.precision, devices_.main.type());
   if (model_->tp) {  // the head gives this rank's slice of the vocabulary's logits
     models::LocalLogits local(*model_->tp);
-    return models::vocabParallelCrossEntropy(forward(model_, x, devices_).to(torch::kFloat), y,
-                                             *model_->tp);
+    return models::vocabParallelCrossEntropy(
+        compute::forward(model_, x, devices_).to(torch::kFloat), y, *model_->tp);
   }
-  return crossEntropy(forward(model_, x, devices_).to(torch::kFloat), y);
+  return crossEntropy(compute::forward(model_, x, devices_).to(torch::kFloat), y);
 }
 
 // model.pipeline_schedule 1f1b: the pipeline runs forward and backward together, micro-batch by
@@ -102,7 +102,7 @@ torch::Tensor TrainStep::pipelineForwardBackward(const data::Batch& b, int64_t s
   auto x = b.inputs.to(devices_.main, /*non_blocking=*/true);
   faults_.beforeForward(step, x);
   auto y = b.targets.to(devices_.main, /*non_blocking=*/true);
-  AutocastScope autocast(cfg_.train.precision, devices_.main.type());
+  compute::AutocastScope autocast(cfg_.train.precision, devices_.main.type());
   const double k = static_cast<double>(micro_batches);
   const auto scale =
       scaler_.enabled()

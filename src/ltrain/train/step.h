@@ -7,11 +7,11 @@
 
 #include <cstdint>
 
+#include "ltrain/compute/devices.h"
 #include "ltrain/config/experiment_config.h"
 #include "ltrain/data/loader.h"
 #include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/models/model.h"
-#include "ltrain/train/devices.h"
 #include "ltrain/train/faults.h"
 #include "ltrain/train/grad_scaler.h"
 
@@ -36,8 +36,9 @@ struct StepResult {
 
 class TrainStep {
  public:
-  TrainStep(const config::ExperimentConfig& cfg, models::Classifier& model, const Devices& devices,
-            distributed::ParallelPlan& plan, GradScaler& scaler, const Faults& faults);
+  TrainStep(const config::ExperimentConfig& cfg, models::Classifier& model,
+            const compute::Devices& devices, distributed::ParallelPlan& plan, GradScaler& scaler,
+            const Faults& faults);
 
   // Consumes the next `micro_batches` batches of `loader` and updates the model at rate `lr`.
   // std::runtime_error for inf/nan gradients under train.nonfinite stop.
@@ -55,7 +56,7 @@ class TrainStep {
 
   const config::ExperimentConfig& cfg_;
   models::Classifier& model_;
-  const Devices& devices_;
+  const compute::Devices& devices_;
   distributed::ParallelPlan& plan_;
   GradScaler& scaler_;
   const Faults& faults_;

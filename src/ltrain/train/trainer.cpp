@@ -19,7 +19,6 @@
 #include <sstream>
 
 #include "ltrain/checkpoint/checkpointing.h"
-#include "ltrain/common/error_report.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/common/memory.h"
 #include "ltrain/common/memory_phase.h"
@@ -32,6 +31,7 @@
 #include "ltrain/distributed/mesh.h"
 #include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/distributed/process_group.h"
+#include "ltrain/io/error_report.h"
 #include "ltrain/io/safetensors.h"
 #include "ltrain/models/hf_checkpoint.h"
 #include "ltrain/models/layers/layer_graph.h"
@@ -79,8 +79,8 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   const distributed::Mesh mesh{rt_.rank, rt_.world_size, cfg_.dist.tensor_parallel};
   data_world_ = mesh.dp();  // a tensor-parallel group reads one shard of the data together
   data_rank_ = mesh.dpRank();
-  devices_ = chooseDevices(cfg_, rt_);
-  bindDevice(devices_.main);
+  devices_ = compute::chooseDevices(cfg_, rt_);
+  compute::bindDevice(devices_.main);
   distributed::chooseBackend(cfg_.dist.backend, devices_.main);  // fails now if it cannot serve
   splits_ = data::loadDataset(cfg_.data, static_cast<uint64_t>(cfg_.seed), cfg_.model.block_size,
                               cfg_.model.vocab_size);

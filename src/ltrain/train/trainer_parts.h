@@ -76,7 +76,7 @@ class Trainer {
   StopSignal stop_requests_;  // from the start: SIGTERM while starting ends it "interrupted"
   Faults faults_;
   Reporter reporter_;
-  Devices devices_;
+  compute::Devices devices_;
   data::Splits splits_;
   models::Classifier model_{nullptr};
   std::unique_ptr<data::DistributedSampler> sampler_;

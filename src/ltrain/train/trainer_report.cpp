@@ -14,7 +14,6 @@
 #include <optional>
 
 #include "ltrain/checkpoint/checkpointing.h"
-#include "ltrain/common/error_report.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/common/memory.h"
 #include "ltrain/common/memory_phase.h"
@@ -24,6 +23,7 @@
 #include "ltrain/data/loader.h"
 #include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/distributed/process_group.h"
+#include "ltrain/io/error_report.h"
 #include "ltrain/train/evaluate.h"
 #include "ltrain/train/faults.h"
 #include "ltrain/train/grad_scaler.h"

@@ -10,9 +10,9 @@
 
 #include "ltrain/checkpoint/sharded_checkpoint.h"
 #include "ltrain/common/memory_phase.h"
+#include "ltrain/compute/devices.h"
 #include "ltrain/models/layerwise.h"
 #include "ltrain/models/tensor_parallel.h"
-#include "ltrain/train/devices.h"
 #include "ltrain/train/startup.h"
 #include "ltrain/train/trainer_parts.h"
 
@@ -64,7 +64,7 @@ bool Trainer::resumeAndSpread(const distributed::ParallelPlan::MakeOptimizer& ma
                       : shards                        ? "resume"
                       : !cfg_.model.init_from.empty() ? "init_from"
                                                       : "build");
-    placeModel(model_, cfg_.model, devices_);
+    compute::placeModel(model_, cfg_.model, devices_);
     const auto compute =
         cfg_.train.precision == config::Precision::kBf16 ? torch::kBFloat16 : torch::kFloat;
     plan_ = distributed::parallelize(model_, cfg_.dist, pg_.get(),

@@ -1,4 +1,4 @@
-#include "ltrain/train/devices.h"
+#include "ltrain/compute/devices.h"
 
 #include <ATen/DeviceAccelerator.h>
 #include <fmt/format.h>
@@ -11,7 +11,7 @@
 #include "ltrain/distributed/data_parallel.h"
 #include "ltrain/models/layerwise.h"
 
-namespace ltrain::train {
+namespace ltrain::compute {
 namespace {
 
 bool useCuda(config::DeviceChoice choice) {
@@ -91,4 +91,4 @@ torch::Tensor forward(models::Classifier& model, const torch::Tensor& x, const D
   return model->forward(x);
 }
 
-}  // namespace ltrain::train
+}  // namespace ltrain::compute

@@ -1,4 +1,4 @@
-#include "ltrain/common/error_report.h"
+#include "ltrain/io/error_report.h"
 
 #include <fmt/format.h>
 

@@ -10,7 +10,7 @@
 #include "ltrain/distributed/runtime.h"
 #include "ltrain/models/model.h"
 
-namespace ltrain::train {
+namespace ltrain::compute {
 
 struct Devices {
   torch::Device main{torch::kCPU};      // where batches go: the (first stage's) device
@@ -31,4 +31,4 @@ void placeModel(models::Classifier& model, const config::ModelConfig& m, const D
 // The forward pass: plain, or (dist.strategy dp) through replicas on every device.
 torch::Tensor forward(models::Classifier& model, const torch::Tensor& x, const Devices& d);
 
-}  // namespace ltrain::train
+}  // namespace ltrain::compute

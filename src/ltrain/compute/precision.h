@@ -4,7 +4,7 @@
 
 #include "ltrain/config/modes.h"
 
-namespace ltrain::train {
+namespace ltrain::compute {
 
 class AutocastScope {
  public:
@@ -33,4 +33,4 @@ class AutocastScope {
   at::ScalarType prev_dtype_ = at::kBFloat16;
 };
 
-}  // namespace ltrain::train
+}  // namespace ltrain::compute
