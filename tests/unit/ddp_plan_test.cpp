@@ -39,9 +39,9 @@ TEST_CASE(
       torch::nn::Sequential(torch::nn::Linear(6, 8), torch::nn::Tanh(), torch::nn::Linear(8, 3));
   ltrain::distributed::PlanSetup s;
   s.model = net.ptr(), s.make_optimizer = sgd, s.pg = one.comm.get(), s.dist = one.dc;
-  s.extra_scalars = 2;
+  s.extras.count = 2;
   float vote = 1.f;
-  s.fill_extras = [&](float* v) { v[0] = vote, v[1] = 2.f * vote; };
+  s.extras.fill = [&](float* v) { v[0] = vote, v[1] = 2.f * vote; };
   auto plan = ltrain::distributed::planFor(std::move(s));
   REQUIRE(plan->summary().description.find("gradient buckets") != std::string::npos);
   std::vector<const void*> storage;

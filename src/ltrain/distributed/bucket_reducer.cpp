@@ -53,7 +53,7 @@ BucketReducer::BucketReducer(ReducedTensors tensors, ProcessGroup& pg, ReducerOp
   // Every rank builds its reducers in the same order, so the count names the same one on each.
   static std::atomic<size_t> made{0};
   id_ = made++;
-  if (scatters() && opts_.extra_scalars > 0)
+  if (scatters() && opts_.extras.count > 0)
     throw std::logic_error("BucketReducer: extra scalars ride on all-reduce buckets only");
   if (opts_.release_after_reduce && !scatters())
     throw std::logic_error("BucketReducer: only reduce-scattered buckets can be released");
@@ -138,12 +138,12 @@ void BucketReducer::layOutBuckets(const std::vector<size_t>& order) {
     }
     const auto& first = slots_[g.front()].param;
     const bool last = &g == &groups.back();
-    if (last && opts_.extra_scalars > 0) extras_offset_ = offset;
+    if (last && opts_.extras.count > 0) extras_offset_ = offset;
     // Scattered, the buffer is padded with zeros to a multiple of the world size so that every
     // rank gets an equal slice; the padding's gradient stays 0.
     const int64_t length = scatters()
                                ? (offset + world_ - 1) / world_ * world_
-                               : offset + (last ? static_cast<int64_t>(opts_.extra_scalars) : 0);
+                               : offset + (last ? static_cast<int64_t>(opts_.extras.count) : 0);
     const auto wire = first.options().dtype(opts_.reduce_dtype
                                                 ? *opts_.reduce_dtype
                                                 : wireType(opts_.compression, first.scalar_type()));
@@ -279,11 +279,8 @@ void BucketReducer::launchReady() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) {
     Bucket& b = buckets_[next_launch_++];
     if (extras_offset_ >= 0 && next_launch_ == buckets_.size()) {
-      std::vector<float> values(opts_.extra_scalars, 0.f);
-      if (fill_extras_) fill_extras_(values.data());
-      // fill_ rather than a copy from the host: on CUDA a kernel, no synchronisation.
-      for (size_t i = 0; i < values.size(); ++i)
-        b.buffer.narrow(0, extras_offset_ + static_cast<int64_t>(i), 1).fill_(values[i]);
+      opts_.extras.writeInto(
+          b.buffer.narrow(0, extras_offset_, static_cast<int64_t>(opts_.extras.count)));
     }
     if (scatters()) {
       b.work = pg_.reduceScatterInto(b.shard, b.buffer);
@@ -370,7 +367,7 @@ void BucketReducer::finishBackward() {
   // Read before a rebuild replaces the buffers: the extras (the stop vote) are in this step's.
   if (extras_offset_ >= 0)
     extras_ =
-        buckets_.back().buffer.narrow(0, extras_offset_, static_cast<int64_t>(opts_.extra_scalars));
+        buckets_.back().buffer.narrow(0, extras_offset_, static_cast<int64_t>(opts_.extras.count));
   // (The gradients written above keep the old buffers alive until the next step replaces them.)
   if (opts_.rebuild_buckets && !rebuilt_) rebuilt_ = true, rebuildFromReadyOrder();
   if (used_work) {

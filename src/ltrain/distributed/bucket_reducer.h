@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ltrain/config/modes.h"
+#include "ltrain/distributed/extra_scalars.h"
 
 namespace ltrain::distributed {
 
@@ -39,7 +40,7 @@ struct ReducerOptions {
   bool release_after_reduce = false;
   // Scalars summed over ranks by the last bucket's all-reduce (no collective of their own; a
   // separate one cost 12% of the 2-process MLP's throughput here). All-reduce only.
-  size_t extra_scalars = 0;
+  ExtraScalars extras;
   // Buckets the caller chose (dist.zero 3's units): per entry of ReducedTensors::params, its
   // group; one group's parameters form one bucket whatever its size. Empty: by size, as above.
   std::vector<int64_t> groups;
@@ -99,8 +100,6 @@ class BucketReducer {
   // std::runtime_error naming parameters that got no gradient when find_unused_parameters is off.
   void finishBackward();
 
-  // Fills the extra scalars just before the last bucket's collective is launched.
-  void setExtraScalars(std::function<void(float*)> fill) { fill_extras_ = std::move(fill); }
   // Their sums over ranks, after finishBackward: a tensor on the buckets' device (reading it on
   // the host is the caller's choice of when to synchronise).
   const torch::Tensor& extraScalars() const { return extras_; }
@@ -151,7 +150,6 @@ class BucketReducer {
   std::vector<char> seen_;  // on_bucket_grads: gradients seen in this backward
   std::vector<size_t> seen_per_bucket_;
   int64_t extras_offset_ = -1;  // where the extra scalars sit in the last bucket, or -1
-  std::function<void(float*)> fill_extras_;
   torch::Tensor extras_;
   torch::Tensor used_dev_;  // find_unused_parameters: per slot, whether a rank used it
   size_t id_;  // this reducer's number in the process (the same on every rank): its store keys

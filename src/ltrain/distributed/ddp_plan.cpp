@@ -20,8 +20,7 @@ class DdpPlan final : public ParallelPlan, private PlanState {
   explicit DdpPlan(PlanSetup s)
       : model_(std::move(s.model)),
         optimizer_(s.make_optimizer(model_->parameters(), {})),
-        fill_extras_(std::move(s.fill_extras)),
-        extra_count_(s.extra_scalars),
+        extras_given_(s.extras),
         norm_group_(s.norm_group),
         norm_weight_(std::move(s.norm_weight)) {
     if (!s.pg) return;
@@ -39,13 +38,12 @@ class DdpPlan final : public ParallelPlan, private PlanState {
       o.find_unused_parameters = s.dist.find_unused_parameters;
       o.compression = s.dist.grad_compression;
       o.rebuild_buckets = true;
-      o.extra_scalars = i == 0 ? s.extra_scalars : 0;
+      if (i == 0) o.extras = s.extras;
       st.has_buffers = !share.tensors.buffers.empty();
       st.reducer =
           std::make_unique<BucketReducer>(std::move(share.tensors), st.pg ? *st.pg : *s.pg, o);
       stages_.push_back(std::move(st));
     }
-    stages_.front().reducer->setExtraScalars(fill_extras_);
   }
 
   void prepare(const MicroStep& m) override {
@@ -64,9 +62,7 @@ class DdpPlan final : public ParallelPlan, private PlanState {
   torch::Tensor finishGradients(const torch::Tensor& unscale) override {
     if (stages_.empty()) {
       // One process: the extras are this rank's own values.
-      std::vector<float> v(extra_count_, 0.f);
-      if (fill_extras_ && extra_count_ > 0) fill_extras_(v.data());
-      extras_ = torch::tensor(v);
+      extras_ = extras_given_.values(torch::kFloat);
     } else {
       for (auto& st : stages_) st.reducer->finishBackward();
       extras_ = stages_.front().reducer->extraScalars();
@@ -177,8 +173,7 @@ class DdpPlan final : public ParallelPlan, private PlanState {
   std::shared_ptr<torch::nn::Module> model_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;
   std::vector<Stage> stages_;
-  std::function<void(float*)> fill_extras_;
-  size_t extra_count_;
+  ExtraScalars extras_given_;
   torch::Tensor extras_;
   std::string backend_;
   ProcessGroup* norm_group_;

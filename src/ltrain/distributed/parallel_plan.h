@@ -25,6 +25,7 @@
 #include "ltrain/checkpoint/plan_state.h"
 #include "ltrain/config/experiment_config.h"
 #include "ltrain/distributed/bucket_reducer.h"
+#include "ltrain/distributed/extra_scalars.h"
 #include "ltrain/models/layer_hooks.h"
 #include "ltrain/models/model.h"
 
@@ -120,8 +121,7 @@ struct PlanSetup {
   ParallelPlan::MakeOptimizer make_optimizer;
   ProcessGroup* pg = nullptr;  // null: one process
   config::DistConfig dist;
-  size_t extra_scalars = 0;
-  std::function<void(float*)> fill_extras;
+  ExtraScalars extras;                              // PlanHooks::extras
   torch::ScalarType compute_dtype = torch::kFloat;  // PlanHooks::compute_dtype
   // Each top-level layer's parameters (the units of sharded parameters are made of them), and how
   // to install the hooks that run around each layer's forward (null: uninstall).
@@ -154,8 +154,7 @@ std::unique_ptr<ParallelPlan> planFor(PlanSetup setup);
 // What the trainer adds to a plan: the optimizer, and the extra scalars its stop vote rides on.
 struct PlanHooks {
   ParallelPlan::MakeOptimizer make_optimizer;
-  size_t extra_scalars = 0;
-  std::function<void(float*)> fill_extras;
+  ExtraScalars extras;  // StepReport::extras gives them back summed over the ranks
   // The dtype the forward computes in (train.precision): sharded parameters are gathered in it,
   // the fp32 values staying in the shards only (FSDP2's MixedPrecisionPolicy.param_dtype).
   torch::ScalarType compute_dtype = torch::kFloat;
@@ -173,7 +172,8 @@ std::unique_ptr<ParallelPlan> parallelize(models::Classifier& model, const confi
 
 // One file each; strategies.cpp lists them.
 std::unique_ptr<ParallelPlan> makeDdpPlan(PlanSetup setup);
-std::unique_ptr<ParallelPlan> makeZeroPlan(PlanSetup setup);
+std::unique_ptr<ParallelPlan> makeZeroPlan(PlanSetup setup);   // dist.zero 1 and 2
+std::unique_ptr<ParallelPlan> makeZero3Plan(PlanSetup setup);  // dist.zero 3
 std::unique_ptr<ParallelPlan> makeTensorParallelPlan(PlanSetup setup);
 
 }  // namespace ltrain::distributed

@@ -11,11 +11,11 @@
 #include <algorithm>
 #include <thread>
 
-#include "ltrain/io/error_report.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/common/stop_signal.h"
 #include "ltrain/cuda/plugin.h"
 #include "ltrain/distributed/sockets.h"
+#include "ltrain/io/error_report.h"
 
 namespace ltrain::distributed {
 namespace {

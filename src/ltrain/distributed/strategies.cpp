@@ -14,6 +14,7 @@ std::vector<Strategy>& strategies() {
        makeTensorParallelPlan},
       // A process group of one shards too (a single launched worker with an explicit
       // dist.backend): its reduce-scatters, all-gathers and unit hooks then run on one GPU.
+      {"zero3", [](const PlanSetup& s) { return s.pg && s.dist.zero == 3; }, makeZero3Plan},
       {"zero", [](const PlanSetup& s) { return s.pg && s.dist.zero >= 1; }, makeZeroPlan},
       {"ddp", [](const PlanSetup&) { return true; }, makeDdpPlan},
   };
@@ -21,7 +22,7 @@ std::vector<Strategy>& strategies() {
 }
 
 bool shardsParameters(const config::DistConfig& dist, bool grouped) {
-  return grouped && dist.zero == 3;  // the zero row's stage 3
+  return grouped && dist.zero == 3;  // the zero3 row
 }
 
 std::unique_ptr<ParallelPlan> planFor(PlanSetup setup) {
@@ -38,7 +39,7 @@ std::unique_ptr<ParallelPlan> parallelize(models::Classifier& model, const confi
     setup.shares.push_back({st.device, {std::move(st.params), std::move(st.buffers)}});
   setup.make_optimizer = std::move(hooks.make_optimizer);
   setup.pg = pg, setup.dist = dist;
-  setup.extra_scalars = hooks.extra_scalars, setup.fill_extras = std::move(hooks.fill_extras);
+  setup.extras = std::move(hooks.extras);
   setup.compute_dtype = hooks.compute_dtype;
   if (model->layers)  // a TorchScript module has none: it is one unit, never sharded by layer
     for (size_t i = 0; i < model->layers->size(); ++i)

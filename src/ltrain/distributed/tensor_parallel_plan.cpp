@@ -1,7 +1,7 @@
 // dist.tensor_parallel N: a 2-D mesh of world = dp x N ranks. Ranks [k N, (k + 1) N) form a
 // tensor-parallel group (one host: they talk in every layer's forward and backward); the ranks
 // holding the same part, one per group, form a data-parallel group, over which DDP (ddp_plan.cpp)
-// averages the gradients of this rank's part, or ZeRO-3 (zero_plan.cpp, dist.zero 3) shards it
+// averages the gradients of this rank's part, or ZeRO-3 (zero3_plan.cpp, dist.zero 3) shards it
 // further (torchtitan's FSDP + TP). Each rank's values are its part of the
 // one-process model (models/tensor_parallel.h); the optimizer steps that part.
 // Clipping takes the norm over the whole model: the split parameters' squares summed over the
@@ -63,8 +63,7 @@ class TensorParallelPlan final : public ParallelPlan, private PlanState {
         tp_(model_->tp),
         world_pg_(s.pg),
         make_optimizer_(s.make_optimizer),
-        fill_extras_(s.fill_extras),
-        extra_count_(s.extra_scalars) {
+        extras_given_(s.extras) {
     const int64_t n = tp_->size, world = s.pg->runtime().world_size, rank = s.pg->runtime().rank;
     if (world % n != 0)
       throw std::logic_error("tensor parallel: the world is not a multiple of the group");
@@ -86,12 +85,12 @@ class TensorParallelPlan final : public ParallelPlan, private PlanState {
     // takes the whole model's norm: the split parameters' squares summed over the group, the
     // replicated ones (equal on every rank of it) counted once. The stop vote is reduced here.
     s.pg = dp_pg_.get();
-    s.extra_scalars = 0, s.fill_extras = nullptr;
+    s.extras = {};
     s.norm_group = tp_pg_.get();
     s.norm_weight = [this, share = 1.0 / static_cast<double>(n)](const torch::Tensor& p) {
       return replicated_.count(p.unsafeGetTensorImpl()) ? share : 1.0;
     };
-    inner_ = zero_ ? makeZeroPlan(std::move(s)) : makeDdpPlan(std::move(s));
+    inner_ = zero_ ? makeZero3Plan(std::move(s)) : makeDdpPlan(std::move(s));
   }
 
   void prepare(const MicroStep& m) override { inner_->prepare(m); }
@@ -100,13 +99,11 @@ class TensorParallelPlan final : public ParallelPlan, private PlanState {
   // one rank of a group only: every rank skips) and the stop vote.
   torch::Tensor finishGradients(const torch::Tensor& unscale) override {
     const auto found = inner_->finishGradients(unscale);
-    std::vector<float> extras(extra_count_, 0.f);
-    if (fill_extras_ && extra_count_ > 0) fill_extras_(extras.data());
     auto t = torch::cat({found.reshape({1}).to(torch::kFloat),
-                         torch::tensor(extras, torch::kFloat).to(found.device())});
+                         extras_given_.values(found.options().dtype(torch::kFloat))});
     std::vector<at::Tensor> io{t};
     world_pg_->wait(world_pg_->allreduce(io));
-    extras_ = t.narrow(0, 1, static_cast<int64_t>(extra_count_));
+    extras_ = t.narrow(0, 1, static_cast<int64_t>(extras_given_.count));
     return t.narrow(0, 0, 1).gt(0).to(found.scalar_type()).reshape(found.sizes());
   }
 
@@ -262,8 +259,7 @@ class TensorParallelPlan final : public ParallelPlan, private PlanState {
   bool zero_ = false;
   std::set<const c10::TensorImpl*> replicated_;
   MakeOptimizer make_optimizer_;
-  std::function<void(float*)> fill_extras_;
-  size_t extra_count_;
+  ExtraScalars extras_given_;
   torch::Tensor extras_;
   std::unique_ptr<ParallelPlan> inner_;
 };

@@ -67,8 +67,9 @@ bool Trainer::resumeAndSpread(const distributed::ParallelPlan::MakeOptimizer& ma
     compute::placeModel(model_, cfg_.model, devices_);
     const auto compute =
         cfg_.train.precision == config::Precision::kBf16 ? torch::kBFloat16 : torch::kFloat;
-    plan_ = distributed::parallelize(model_, cfg_.dist, pg_.get(),
-                                     {make_optimizer, StopVote::kScalars, StopVote::fill, compute});
+    plan_ =
+        distributed::parallelize(model_, cfg_.dist, pg_.get(),
+                                 {make_optimizer, {StopVote::kScalars, StopVote::fill}, compute});
     if (shards)
       plan_->state().loadOptimizerRanges(checkpoint::rangeSource(shards));
     else if (resumed)
