@@ -8,10 +8,11 @@
 // Strategies, one file each, are listed in strategies.cpp: ddp_plan.cpp (every rank keeps the
 // whole model; gradients all-reduced in buckets while backward runs; one process: nothing to
 // reduce), tensor_parallel_plan.cpp (dist.tensor_parallel: each matrix split over a group of
-// ranks on one host, DDP across the groups) and zero_plan.cpp (ZeRO-1/2: gradients
-// reduce-scattered, each rank steps its slice, parameters all-gathered; ZeRO-3: parameters stay
-// sharded, gathered unit by unit around each layer's forward and backward, sharded_parameters.h). A
-// new strategy is a new file and a row.
+// ranks on one host, DDP across the groups), zero_plan.cpp (ZeRO-1/2: gradients
+// reduce-scattered, each rank steps its slice, parameters all-gathered) and zero3_plan.cpp
+// (ZeRO-3: parameters stay sharded, gathered unit by unit around each layer's forward and
+// backward, sharded_parameters.h), both on zero_sharded_optimizer.h. A new strategy is a new file
+// and a row.
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
