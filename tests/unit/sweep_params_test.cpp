@@ -5,7 +5,11 @@
 #include <set>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/config/yaml_scalar.h"
+#include "ltrain/models/layers/layer_graph.h"
 #include "ltrain/sweep/params.h"
+#include "ltrain/sweep/sweep.h"
+#include "support/process.h"
 
 using ltrain::sweep::expandTrials;
 using ltrain::sweep::parseParam;
@@ -67,4 +71,39 @@ TEST_CASE("random search draws sweep.samples trials within bounds, the same for 
   CHECK(epochs == std::set<std::string>{"1", "2", "3"});  // both ends included
   CHECK(names == std::set<std::string>{"adam", "sgd"});
   CHECK_THROWS_WITH(expandTrials(ps, 0, 1), Catch::Contains("sweep.samples"));
+}
+
+// Config values, layer arguments and sweep files read YAML scalars one way
+// (config/yaml_scalar.h): yaml-cpp's integers (0x, octal), no overflow to the largest integer,
+// no NaN.
+TEST_CASE("config values, layer arguments and sweep files read numbers alike") {
+  using ltrain::config::yamlInt;
+  using ltrain::config::yamlNumber;
+  using ltrain::config::yamlOf;
+  CHECK(yamlInt(yamlOf("0x10")) == 16);
+  CHECK(yamlInt(yamlOf("010")) == 8);
+  CHECK_FALSE(yamlInt(yamlOf("99999999999999999999")));
+  CHECK_FALSE(yamlInt(yamlOf("1.5")));
+  CHECK_FALSE(yamlNumber(yamlOf(".nan")));
+  CHECK_FALSE(yamlNumber(yamlOf("[1")));  // no YAML at all
+  CHECK(yamlNumber(yamlOf("1e-4")) == 1e-4);
+
+  // A sweep file's seed that overflows is refused, not read as the largest integer.
+  ltrain::test::TempDir dir;
+  const std::string file = dir / "s.yaml";
+  ltrain::test::writeText(file,
+                          "base: c.yaml\nparams: {optimizer.lr: '0.1,0.01'}\n"
+                          "sweep: {seed: 99999999999999999999}\n");
+  CHECK_THROWS_WITH(ltrain::sweep::loadSweepFile(file, ""),
+                    Catch::Contains("s.yaml:3: sweep.seed: expected an integer >= 0, got "
+                                    "'99999999999999999999'"));
+  ltrain::test::writeText(
+      file, "base: c.yaml\nparams: {optimizer.lr: '0.1,0.01'}\nsweep: {seed: 0x10}\n");
+  CHECK(ltrain::sweep::loadSweepFile(file, "").seed == 16);
+
+  // A layer argument that is NaN is out of every range.
+  ltrain::config::LayerSpec drop{"dropout", {{"p", ".nan"}}, {}, 4};
+  CHECK_THROWS_WITH(ltrain::models::buildLayerGraph({drop}, {8}, 0, false),
+                    Catch::Contains("model.layers[0] (dropout): p: expected a number in [0, 0.99], "
+                                    "got '.nan'"));
 }

@@ -14,6 +14,7 @@
 
 #include "ltrain/common/errors.h"
 #include "ltrain/config/schema.h"
+#include "ltrain/config/yaml_scalar.h"
 
 namespace ltrain::config::options {
 
@@ -37,10 +38,9 @@ template <>
 struct ValueTraits<bool> {
   static constexpr const char* name = "bool";
   static bool parse(const YAML::Node& n) {
-    bool v;
-    if (!n.IsScalar() || !YAML::convert<bool>::decode(n, v))
-      expected("a boolean (true or false)", n);
-    return v;
+    const auto v = yamlBool(n);
+    if (!v) expected("a boolean (true or false)", n);
+    return *v;
   }
   static YAML::Node emit(bool v) { return YAML::Node(v); }
 };
@@ -49,9 +49,9 @@ template <>
 struct ValueTraits<int64_t> {
   static constexpr const char* name = "int";
   static int64_t parse(const YAML::Node& n) {
-    int64_t v;
-    if (!n.IsScalar() || !YAML::convert<int64_t>::decode(n, v)) expected("an integer", n);
-    return v;
+    const auto v = yamlInt(n);
+    if (!v) expected("an integer", n);
+    return *v;
   }
   static YAML::Node emit(int64_t v) { return YAML::Node(v); }
 };
@@ -60,10 +60,9 @@ template <>
 struct ValueTraits<double> {
   static constexpr const char* name = "float";
   static double parse(const YAML::Node& n) {
-    double v;
-    if (!n.IsScalar() || !YAML::convert<double>::decode(n, v) || !std::isfinite(v))
-      expected("a finite number", n);
-    return v;
+    const auto v = yamlNumber(n);
+    if (!v) expected("a finite number", n);
+    return *v;
   }
   // Shortest form that reads back to the same double ("0.1", not "0.10000000000000001"), with a
   // '.' in the mantissa ("1.0e-08") so that YAML 1.1 readers such as PyYAML see a float too.

@@ -1,29 +1,14 @@
-// "did you mean ...?" for unknown keys. Edit distance is written here: none of the project's
-// libraries offers one, and it is ten lines.
+// "did you mean ...?" for unknown keys.
 #include <algorithm>
 #include <string>
 #include <vector>
 
+#include "ltrain/common/edit_distance.h"
 #include "ltrain/config/load.h"
 #include "ltrain/config/schema.h"
 
 namespace ltrain::config {
 namespace {
-
-size_t editDistance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
 
 std::string leaf(const std::string& path) {
   auto dot = path.rfind('.');

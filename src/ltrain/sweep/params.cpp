@@ -6,6 +6,7 @@
 #include <random>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/config/yaml_scalar.h"
 
 namespace ltrain::sweep {
 namespace {
@@ -43,12 +44,7 @@ std::vector<std::string> splitTopLevel(const std::string& s) {
 }
 
 double number(const std::string& key, const std::string& text) {
-  try {
-    size_t used = 0;
-    double v = std::stod(text, &used);
-    if (used == text.size() && std::isfinite(v)) return v;
-  } catch (const std::exception&) {
-  }
+  if (const auto v = config::yamlNumber(config::yamlOf(text))) return *v;
   throw UsageError(fmt::format("sweep parameter {}: '{}' is not a number", key, text));
 }
 
