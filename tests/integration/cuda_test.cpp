@@ -8,10 +8,10 @@
 #include <catch2/catch.hpp>
 #include <cstdlib>
 
+#include "ltrain/compute/precision.h"
 #include "ltrain/config/schema.h"
 #include "ltrain/data/loader.h"
 #include "ltrain/models/model.h"
-#include "ltrain/compute/precision.h"
 #include "support/cuda_expect.h"
 #include "support/process.h"
 #include "support/results.h"

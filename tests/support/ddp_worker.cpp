@@ -149,8 +149,7 @@ int main(int argc, char** argv) {
   o.first_bucket_mb = overlap ? 1.0 : 0.01;
   o.find_unused_parameters = mode == "unused";
   o.rebuild_buckets = mode == "reversed";
-  o.compression =
-      mode == "bf16" ? ltrain::config::Compression::kBf16 : ltrain::config::Compression::kNone;
+  if (mode == "bf16") o.collective = ltrain::distributed::allReduceBuckets(*comm, torch::kBFloat16);
   ltrain::distributed::BucketReducer ddp(ltrain::distributed::ReducedTensors::of(*net), *comm, o);
 
   // Parameters must now be rank 0's everywhere.

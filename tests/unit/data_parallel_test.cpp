@@ -6,10 +6,10 @@
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
+#include "ltrain/compute/precision.h"
 #include "ltrain/config/schema.h"
 #include "ltrain/distributed/data_parallel.h"
 #include "ltrain/models/model.h"
-#include "ltrain/compute/precision.h"
 
 namespace {
 struct Case {

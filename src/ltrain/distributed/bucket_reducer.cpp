@@ -23,20 +23,6 @@ struct GradReadyHook : torch::autograd::PostAccumulateGradHook {
   size_t slot;
 };
 
-namespace {
-torch::ScalarType wireType(config::Compression compression, torch::ScalarType param_type) {
-  switch (compression) {
-    case config::Compression::kBf16:
-      return torch::kBFloat16;
-    case config::Compression::kFp16:
-      return torch::kHalf;
-    case config::Compression::kNone:
-      break;
-  }
-  return param_type;
-}
-}  // namespace
-
 ReducedTensors ReducedTensors::of(const torch::nn::Module& module) {
   ReducedTensors t;
   for (const auto& item : module.named_parameters())
@@ -53,6 +39,7 @@ BucketReducer::BucketReducer(ReducedTensors tensors, ProcessGroup& pg, ReducerOp
   // Every rank builds its reducers in the same order, so the count names the same one on each.
   static std::atomic<size_t> made{0};
   id_ = made++;
+  if (!opts_.collective) opts_.collective = allReduceBuckets(pg_);
   if (scatters() && opts_.extras.count > 0)
     throw std::logic_error("BucketReducer: extra scalars ride on all-reduce buckets only");
   if (opts_.release_after_reduce && !scatters())
@@ -139,14 +126,9 @@ void BucketReducer::layOutBuckets(const std::vector<size_t>& order) {
     const auto& first = slots_[g.front()].param;
     const bool last = &g == &groups.back();
     if (last && opts_.extras.count > 0) extras_offset_ = offset;
-    // Scattered, the buffer is padded with zeros to a multiple of the world size so that every
-    // rank gets an equal slice; the padding's gradient stays 0.
-    const int64_t length = scatters()
-                               ? (offset + world_ - 1) / world_ * world_
-                               : offset + (last ? static_cast<int64_t>(opts_.extras.count) : 0);
-    const auto wire = first.options().dtype(opts_.reduce_dtype
-                                                ? *opts_.reduce_dtype
-                                                : wireType(opts_.compression, first.scalar_type()));
+    const int64_t length = opts_.collective->bufferLength(
+        offset + (extras_offset_ >= 0 && last ? static_cast<int64_t>(opts_.extras.count) : 0));
+    const auto wire = first.options().dtype(opts_.collective->wireType(first.scalar_type()));
     b.length = length, b.wire = wire;
     if (!opts_.release_after_reduce) b.buffer = torch::zeros({length}, wire);
     if (scatters()) b.shard = torch::zeros({length / world_}, wire);
@@ -282,12 +264,7 @@ void BucketReducer::launchReady() {
       opts_.extras.writeInto(
           b.buffer.narrow(0, extras_offset_, static_cast<int64_t>(opts_.extras.count)));
     }
-    if (scatters()) {
-      b.work = pg_.reduceScatterInto(b.shard, b.buffer);
-    } else {
-      std::vector<at::Tensor> io{b.buffer};
-      b.work = pg_.allreduce(io);
-    }
+    b.work = opts_.collective->launch(b.buffer, b.shard);
     ++stats_.collectives;
     if (stats_.first_launch_s < 0) stats_.first_launch_s = now();
     if (opts_.release_after_reduce && next_launch_ >= 2) {

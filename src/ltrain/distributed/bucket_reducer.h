@@ -5,8 +5,10 @@
 // collective starts at once, in bucket order on every rank, while backward goes on.
 // finishBackward() waits for them; the averaged gradients are then in .grad (copied back only
 // where a view cannot be: compression, channels-last weights).
-// It knows nothing of what it serves: the collective (all-reduce, or reduce-scatter for sharded
-// optimizers) is an option, and extra scalars summed with the last bucket are the caller's.
+// It knows nothing of what it serves: the collective that reduces a full bucket (all-reduce,
+// compressed or not, or reduce-scatter for sharded optimizers) is the caller's BucketCollective
+// (bucket_collective.h), as c10d's comm hooks are; extra scalars summed with the last bucket are
+// the caller's too.
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -19,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "ltrain/config/modes.h"
+#include "ltrain/distributed/bucket_collective.h"
 #include "ltrain/distributed/extra_scalars.h"
 
 namespace ltrain::distributed {
@@ -30,10 +32,10 @@ struct ReducerOptions {
   double first_bucket_mb = 1.0;
   double bucket_cap_mb = 25.0;
   bool find_unused_parameters = false;
-  config::Compression compression = config::Compression::kNone;
-  // kReduceScatter: rank r receives the averaged gradients of its 1/world slice of each bucket
-  // only (BucketLayout::shard); the parameters' .grad are then left as backward wrote them.
-  enum class Collective { kAllReduce, kReduceScatter } collective = Collective::kAllReduce;
+  // What reduces a full bucket; null: allReduceBuckets in the parameters' dtype. Scattering, rank
+  // r receives the averaged gradients of its 1/world slice of each bucket only
+  // (BucketLayout::shard); the parameters' .grad are then left as backward wrote them.
+  std::shared_ptr<BucketCollective> collective;
   // ZeRO-2 (reduce-scatter only): a parameter's .grad is dropped once copied into its bucket, and
   // a bucket's buffer once its reduce-scatter is done (the next bucket's launch waits for the one
   // before, so at most two are alive during backward): only the reduced slices stay.
@@ -54,9 +56,6 @@ struct ReducerOptions {
   // Rank 0's parameters broadcast at the start, as DDP's; off for parameters that have no memory
   // yet (a deferred build, made alike on every rank from the seed). Buffers are broadcast always.
   bool broadcast_parameters = true;
-  // The dtype the buckets are reduced in (dist.reduce_dtype); unset: the parameters' at
-  // construction, or dist.grad_compression's.
-  std::optional<torch::ScalarType> reduce_dtype;
 };
 
 struct ReducerStats {
@@ -134,7 +133,7 @@ class BucketReducer {
   void layOutBuckets(const std::vector<size_t>& order);  // slots in bucket order
   void rebuildFromReadyOrder();
   void broadcastCoalesced(const std::vector<torch::Tensor>& tensors);
-  bool scatters() const { return opts_.collective == ReducerOptions::Collective::kReduceScatter; }
+  bool scatters() const { return opts_.collective->scatters(); }
   double now() const;
 
   std::vector<torch::Tensor> buffers_;

@@ -36,7 +36,8 @@ class DdpPlan final : public ParallelPlan, private PlanState {
       ReducerOptions o;
       o.bucket_cap_mb = s.dist.bucket_cap_mb;
       o.find_unused_parameters = s.dist.find_unused_parameters;
-      o.compression = s.dist.grad_compression;
+      o.collective =
+          allReduceBuckets(st.pg ? *st.pg : *s.pg, compressedType(s.dist.grad_compression));
       o.rebuild_buckets = true;
       if (i == 0) o.extras = s.extras;
       st.has_buffers = !share.tensors.buffers.empty();

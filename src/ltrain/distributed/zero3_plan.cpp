@@ -86,7 +86,7 @@ class Zero3Plan final : public ShardedOptimizerPlan {
               // slices the optimizer steps.
               if (s.compute_dtype == torch::kBFloat16 &&
                   s.dist.reduce_dtype == config::ReduceDtype::kBf16)
-                o.reduce_dtype = torch::kBFloat16;
+                o.collective = reduceScatterBuckets(*s.pg, torch::kBFloat16);
               for (const auto& [name, p] : tensors.params)
                 o.groups.push_back(units.ofParam(p, name));
               o.on_bucket_grads = [this](size_t b) { sharded_->release(unit_of_bucket_[b]); };

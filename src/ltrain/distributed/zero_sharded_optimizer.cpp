@@ -24,7 +24,7 @@ ShardedOptimizerPlan::ShardedOptimizerPlan(const PlanSetup& s, const Configure& 
   ReducerOptions o;
   o.bucket_cap_mb = s.dist.bucket_cap_mb;
   o.broadcast_parameters = !s.fill_layer;  // deferred: made alike on every rank by first_slice
-  o.collective = ReducerOptions::Collective::kReduceScatter;
+  o.collective = reduceScatterBuckets(pg_);
   o.release_after_reduce = stage_ >= 2;
   auto tensors = ReducedTensors::of(*model_);
   configure(o, tensors);
@@ -34,8 +34,8 @@ ShardedOptimizerPlan::ShardedOptimizerPlan(const PlanSetup& s, const Configure& 
   std::vector<torch::Tensor> slices, masks;
   for (size_t b = 0; b < reducer_->bucketCount(); ++b) {
     Shard sh{reducer_->layout(b), {}, {}};
-    if (sh.bucket.shard.scalar_type() != sh.bucket.params.front().scalar_type() && !o.reduce_dtype)
-      throw std::logic_error("ZeRO-1 gradients must travel in the parameters' dtype");
+    if (sh.bucket.shard.scalar_type() != sh.bucket.params.front().scalar_type() && stage_ != 3)
+      throw std::logic_error("ZeRO-1/2 gradients must travel in the parameters' dtype");
     sh.param = (first_slice ? first_slice(sh, mine(sh)) : flatSlice(sh, sh.bucket.params))
                    .set_requires_grad(true);
     // The optimizer reads the reduce-scatter's output in place: no copy per step; reduced in
