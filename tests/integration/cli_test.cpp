@@ -270,3 +270,27 @@ TEST_CASE("loader-speed times the config's batches and says how many it timed") 
   CHECK(few.exit_code == 2);
   CHECK_THAT(few.err, Contains("fewer than 2 batches"));
 }
+
+TEST_CASE("train.max_steps is the run's length, the epochs repeating as needed") {
+  // 256 examples in batches of 32: 8 steps an epoch.
+  TempDir dir;
+  writeText(dir / "c.yaml", "seed: 1\n");
+  struct Case {
+    std::vector<std::string> set;
+    int64_t steps;
+    std::string start;
+  };
+  for (const auto& c : std::vector<Case>{
+           {{"train.max_steps=20"}, 20, "20 steps (train.max_steps: 3 epoch(s) of 8)"},
+           {{"train.max_steps=20", "train.epochs=5"},
+            20,
+            "20 steps (train.max_steps: 3 epoch(s) of 8)"},
+           {{"train.epochs=2"}, 16, "16 steps (2 epoch(s) of 8)"}}) {
+    const std::string out = dir / ("run" + std::to_string(c.steps) + c.set.back());
+    auto r = runLtrain(synthetic(dir / "c.yaml", out, c.set));
+    INFO(r.err);
+    REQUIRE(r.exit_code == 0);
+    CHECK_THAT(r.err + r.out, Contains(c.start));
+    CHECK(ltrain::test::summaryValue(out, "steps") == c.steps);
+  }
+}

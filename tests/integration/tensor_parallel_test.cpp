@@ -276,7 +276,14 @@ TEST_CASE("a vocabulary or sequence that tensor parallelism does not divide fail
   auto r = runLtrain(run(dir, out, 2, "gpt", {"dist.tensor_parallel=2"}));
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("dist.tensor_parallel 2 must divide the vocabulary size (21)"));
+  CHECK_THAT(r.err, Contains("set model.vocab_size to a multiple of 2, such as 22"));
   CHECK_FALSE(std::filesystem::exists(out + "/checkpoints"));
+  // The way out it names: a padded vocabulary trains.
+  auto padded =
+      runLtrain(run(dir, dir / "padded", 2, "gpt",
+                    {"dist.tensor_parallel=2", "model.vocab_size=22", "train.max_steps=2"}));
+  INFO(padded.err);
+  CHECK(padded.exit_code == 0);
   ltrain::test::writeText(dir / "u.txt", ltrain::test::textCorpus(100));
   const std::string out2 = dir / "out2";
   auto sp = runLtrain(run(dir, out2, 2, "gpt",

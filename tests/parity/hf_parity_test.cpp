@@ -133,6 +133,20 @@ TEST_CASE("ltrain loads transformers' Llama and GPT-2 checkpoints and gives thei
       CHECK(m.gelu == ltrain::config::Gelu::kTanh);  // GPT-2's gelu_new
     }
     checkLoadsAsTransformers(dir, hf, m);
+    if (m.name != "gpt") continue;
+    // GPT-2 at a shorter context than its n_positions: the first rows of the position table give
+    // transformers' logits on as many tokens; a longer one is refused naming both.
+    const auto short_cfg = hfConfig(hf, "  block_size: 16\n").cfg.model;
+    REQUIRE(short_cfg.block_size == 16);
+    auto model = ltrain::models::build(short_cfg, {16}, 96, true);
+    ltrain::models::loadInitialWeights(model, short_cfg);
+    model->eval();
+    const auto ids = torch::randint(96, {2, 16}, torch::kLong);
+    CHECK(maxDiff(model->forward(ids).detach(), theirLogits(dir, hf, ids)) <= 1e-5);
+    CHECK_THROWS_WITH(hfConfig(hf, "  block_size: 128\n"),
+                      Contains("test.yaml:4: model.block_size 128 exceeds the model's n_positions "
+                               "64 in '" +
+                               hf + "/config.json'"));
   }
 }
 

@@ -28,6 +28,8 @@ class HfMerger {
   // take() for each field config.json has (not null).
   void fields(const std::vector<Field>& list);
   [[noreturn]] void unsupported(const std::string& what) const;
+  // Whether the YAML (or an earlier field) set `path`.
+  bool given(const std::string& path) const { return set_.count(path) > 0; }
   const io::Json& json() const { return j_; }
   LoadedConfig& lc() { return lc_; }
   const std::string& file() const { return file_; }

@@ -238,8 +238,13 @@ std::vector<Option> buildSchema() {
           .positive()
           .atMost(1),
 
-      LT_OPT(train.epochs, "Passes over the training set", int64_t{1}).atLeast(1),
-      LT_OPT(train.max_steps, "Stop after this many optimizer steps; 0: no limit", int64_t{0})
+      LT_OPT(train.epochs, "Passes over the training set (unless train.max_steps is set)",
+             int64_t{1})
+          .atLeast(1),
+      LT_OPT(train.max_steps,
+             "The run's length in optimizer steps, the epochs repeating as needed and "
+             "train.epochs ignored (Hugging Face's max_steps); 0: train.epochs decides",
+             int64_t{0})
           .atLeast(0),
       LT_OPT(train.grad_accum, "Micro-batches accumulated per optimizer step", int64_t{1})
           .atLeast(1),

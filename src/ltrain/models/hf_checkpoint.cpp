@@ -98,7 +98,10 @@ class InitialWeights {
       const auto& shape = files_[it->second.first]->find(it->second.second)->shape;
       auto want = t.sizes().vec();  // not t.t(): a deferred parameter has no memory to view
       if (n.transposed) std::reverse(want.begin(), want.end());
-      if (shape != want)
+      const bool prefix = n.leading_rows && shape.size() == want.size() && !want.empty() &&
+                          shape[0] >= want[0] &&
+                          std::equal(shape.begin() + 1, shape.end(), want.begin() + 1);
+      if (shape != want && !prefix)
         throw UsageError(
             hf ? fmt::format("model.init_from '{}': tensor '{}' has shape [{}], the model expects "
                              "[{}]",

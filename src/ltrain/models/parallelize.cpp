@@ -167,7 +167,11 @@ Classifier buildTensorParallel(const config::ModelConfig& cfg,
     if (n % size != 0)
       throw UsageError(fmt::format("dist.tensor_parallel {} must divide {} ({})", size, what, n));
   };
-  divides("the vocabulary size", num_classes);
+  if (num_classes % size != 0)  // padded, as nanoGPT pads GPT-2's 50257 to 50304
+    throw UsageError(fmt::format(
+        "dist.tensor_parallel {} must divide the vocabulary size ({}): set model.vocab_size to a "
+        "multiple of {}, such as {} (the extra rows are never a target)",
+        size, num_classes, size, (num_classes + size - 1) / size * size));
   if (sequence_parallel && !input_shape.empty())
     divides("the sequence length under dist.sequence_parallel", input_shape[0]);
 

@@ -22,6 +22,9 @@ namespace ltrain::models {
 struct HfName {
   std::string name;
   bool transposed = false;  // GPT-2's Conv1D: stored [in, out]
+  // The model keeps the first rows of the stored tensor, which may have more (GPT-2's position
+  // table at a shorter model.block_size than n_positions).
+  bool leading_rows = false;
 };
 
 // The family's Hugging Face adapter: config.json in and out, parameter names.

@@ -132,8 +132,12 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
       peakFlops(cfg_.train, devices_.main.is_cuda() ? "cuda" : "cpu", devices_.main.index()) *
       static_cast<double>(rt_.world_size * std::max<size_t>(1, devices_.stages.size()));
   steps_per_epoch_ = (batches_per_epoch_ + cfg_.train.grad_accum - 1) / cfg_.train.grad_accum;
-  total_steps_ = cfg_.train.epochs * steps_per_epoch_;
-  if (cfg_.train.max_steps > 0) total_steps_ = std::min(total_steps_, cfg_.train.max_steps);
+  // train.max_steps, when set, is the run's length, the epochs repeating as needed (as Hugging
+  // Face's Trainer and torchtitan count it); else train.epochs.
+  const int64_t max_steps = cfg_.train.max_steps;
+  epochs_ =
+      max_steps > 0 ? (max_steps + steps_per_epoch_ - 1) / steps_per_epoch_ : cfg_.train.epochs;
+  total_steps_ = max_steps > 0 ? max_steps : epochs_ * steps_per_epoch_;
 
   if (grouped) pg_ = distributed::ProcessGroup::connect(rt_, cfg_.dist, devices_.main);
   run_ = agreeOnRunDir(lc, req, rt_, pg_.get());
@@ -217,9 +221,12 @@ void Trainer::adoptWorldSize() {
   const int64_t left_batches = data::batchesPerEpoch(rest, b, cfg_.data.drop_last);
   const int64_t left_steps = (left_batches + cfg_.train.grad_accum - 1) / cfg_.train.grad_accum;
   const int64_t before = total_steps_;
-  total_steps_ =
-      state_.step + left_steps + (cfg_.train.epochs - state_.epoch - 1) * steps_per_epoch_;
-  if (cfg_.train.max_steps > 0) total_steps_ = std::min(total_steps_, cfg_.train.max_steps);
+  if (cfg_.train.max_steps > 0) {  // the same length; the epochs it takes from here may change
+    const int64_t after_this = std::max<int64_t>(0, total_steps_ - state_.step - left_steps);
+    epochs_ = state_.epoch + 1 + (after_this + steps_per_epoch_ - 1) / steps_per_epoch_;
+  } else {
+    total_steps_ = state_.step + left_steps + (epochs_ - state_.epoch - 1) * steps_per_epoch_;
+  }
   reporter_.info(fmt::format(
       "resuming on {} process(es) a checkpoint written by {}: {} examples of epoch {} were done, "
       "the rest is dealt over {} ranks ({} steps); then {} steps an epoch, {} in all (was {})",
@@ -234,8 +241,8 @@ void Trainer::announce() {
   const auto& train = splits_.train;
   const std::string sync = plan_->summary().description;
   reporter_.info(fmt::format(
-      "{}: {} with {} parameters{}, {} training / {} {} {}, {} steps, {} process(es) of {} "
-      "thread(s){}",
+      "{}: {} with {} parameters{}, {} training / {} {} {}, {} steps ({}{} epoch(s) of {}), {} "
+      "process(es) of {} thread(s){}",
       cfg_.name, cfg_.model.name, models::parameterCount(*models::wholeModel(model_)),
       model_->tp ? fmt::format(" ({} per tensor-parallel rank)", models::parameterCount(*model_))
                  : "",
@@ -243,7 +250,8 @@ void Trainer::announce() {
       train.tokens ? fmt::format("blocks of {} tokens (vocabulary {})", cfg_.model.block_size,
                                  train.num_classes)
                    : std::string("examples"),
-      total_steps_, rt_.world_size, at::get_num_threads(), sync.empty() ? "" : " " + sync));
+      total_steps_, cfg_.train.max_steps > 0 ? "train.max_steps: " : "", epochs_, steps_per_epoch_,
+      rt_.world_size, at::get_num_threads(), sync.empty() ? "" : " " + sync));
   if (cfg_.dist.strategy == config::Strategy::kDp)
     reporter_.info(fmt::format("dist.strategy dp: {} replica(s), on {} first",
                                devices_.replicas.size(), devices_.main.str()));
@@ -265,7 +273,7 @@ Summary Trainer::run() {
   int64_t samples_this_run = 0;
   run_start_ = start, start_step_ = state_.step;
   try {
-    while (state_.step < total_steps_ && state_.epoch < cfg_.train.epochs && !stop_signal_) {
+    while (state_.step < total_steps_ && state_.epoch < epochs_ && !stop_signal_) {
       const auto t0 = Clock::now();
       const int64_t before = state_.samples;
       runEpoch();
@@ -357,8 +365,8 @@ void Trainer::afterStep(const StepResult& r, Window& w) {
     const int64_t done = state_.step - start_step_;
     const double elapsed = secondsSince(run_start_), window = secondsSince(w.start);
     // The last report's loss: reading this step's would make the host wait for the device.
-    reporter_.progress(state_.epoch + 1, cfg_.train.epochs, state_.step, total_steps_,
-                       last_window_loss_, window > 0 ? w.samples / window : 0,
+    reporter_.progress(state_.epoch + 1, epochs_, state_.step, total_steps_, last_window_loss_,
+                       window > 0 ? w.samples / window : 0,
                        done > 0 ? elapsed / done * (total_steps_ - state_.step) : std::nan(""));
   }
 }

@@ -84,6 +84,7 @@ class Trainer {
   // take one share, every rank of a group the same batches).
   int64_t data_world_ = 1, data_rank_ = 0;
   int64_t batches_per_epoch_ = 0, steps_per_epoch_ = 0, total_steps_ = 0;
+  int64_t epochs_ = 0;  // train.epochs, or as many as train.max_steps takes
   double flops_per_token_ = 0, peak_flops_ = 0;  // MFU's terms; 0: not reported
   int64_t epoch_batches_ = 0;  // this rank's batches in the current epoch (a resumed one: its
                                // earlier ones plus those dealt out anew)

@@ -25,8 +25,16 @@ void importConfig(config::HfMerger& m) {
   m.fields({{"model.n_embd", "n_embd"},
             {"model.n_layer", "n_layer"},
             {"model.n_head", "n_head"},
-            {"model.block_size", "n_positions"},
             {"model.vocab_size", "vocab_size"}});
+  // n_positions bounds model.block_size: a shorter block trains on the first rows of the position
+  // table (export --hf then writes n_positions as the block).
+  const int64_t n_positions = j.value("n_positions", int64_t{0});
+  const auto& block = m.lc().cfg.model.block_size;
+  if (!m.given("model.block_size"))
+    m.fields({{"model.block_size", "n_positions"}});
+  else if (n_positions > 0 && block > n_positions)
+    throw UsageError(fmt::format("{}model.block_size {} exceeds the model's n_positions {} in '{}'",
+                                 m.lc().where("model.block_size"), block, n_positions, m.file()));
   m.take("model.tie_weights", "tie_word_embeddings",
          YAML::Node(j.value("tie_word_embeddings", true)));  // GPT2Config's default
   const std::string act = j.value("activation_function", "gelu_new");
@@ -73,7 +81,7 @@ HfName hfName(const std::string& name, const config::ModelConfig& cfg) {
   const auto dot = name.find('.', 7);
   const int64_t i = std::stoll(name.substr(7, dot - 7));  // after "layers."
   const std::string rest = name.substr(dot + 1);
-  if (i == 0) return {"transformer." + rest};  // wte.weight, wpe.weight
+  if (i == 0) return {"transformer." + rest, false, rest == "wpe.weight"};
   if (i == cfg.n_layer + 1) return {"transformer.ln_f." + rest};
   if (i == cfg.n_layer + 2) return {"lm_head." + rest};
   const bool conv1d = rest == "attn.c_attn.weight" || rest == "attn.c_proj.weight" ||
