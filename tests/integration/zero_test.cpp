@@ -9,6 +9,8 @@
 #include <yaml-cpp/yaml.h>
 #include <catch2/catch.hpp>
 #include <filesystem>
+#include <fstream>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -601,4 +603,51 @@ TEST_CASE("dist.zero=3 resumes a whole .pt with only rank 0 holding it whole", "
   INFO("rank 0 grew " << grew[0] << " MiB, rank 1 " << grew[1] << " MiB");
   CHECK(grew[0] > 100);
   CHECK(grew[1] < 25);
+}
+
+TEST_CASE("a damaged sharded checkpoint is named and the run resumes from the one before",
+          "[dist]") {
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 5\n");
+  ltrain::test::writeText(dir / "t.txt", ltrain::test::textCorpus(400));
+  auto args = gpt(dir, dir / "run", 2, {"dist.zero=3", "train.checkpoint_every=10"});
+  auto first = runLtrain(args);
+  INFO(first.out << first.err);
+  REQUIRE(first.exit_code == 0);
+  const std::string ckpts = dir / "run/checkpoints";
+  // Four bytes of a tensor's data set to +Inf, as a bad disk or copy might: the file's size and
+  // header are intact, so only its checksum tells.
+  auto damage = [](const std::string& file) {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(-64, std::ios::end);
+    const float inf = std::numeric_limits<float>::infinity();
+    f.write(reinterpret_cast<const char*>(&inf), sizeof inf);
+  };
+  damage(ckpts + "/step-00000020.shards/rank-00001-of-00002.safetensors");
+  // Killed before its summary: relaunched, it resumes from its newest whole checkpoint.
+  std::filesystem::remove(dir / "run/summary.json");
+  auto again = runLtrain(args);
+  INFO(again.out << again.err);
+  REQUIRE(again.exit_code == 0);
+  CHECK_THAT(again.out + again.err,
+             Contains("step-00000020.shards' is damaged: rank-00001-of-00002.safetensors does not "
+                      "match its checksum"));
+  CHECK_THAT(again.out + again.err, Contains("resuming from the previous checkpoint"));
+  CHECK_THAT(again.out + again.err, Contains("resuming from " + ckpts + "/step-00000010.shards"));
+  // Its weights are the undamaged run's.
+  auto clean = runLtrain(gpt(dir, dir / "clean", 2, {"dist.zero=3"}));
+  REQUIRE(clean.exit_code == 0);
+  CHECK(ltrain::test::maxWeightDiff(dir / "clean/model.safetensors",
+                                    dir / "run/model.safetensors") == 0.0);
+  // With no whole checkpoint left, the damage is an error naming the file, and nothing trains.
+  damage(ckpts + "/step-00000010.shards/rank-00000-of-00002.safetensors");
+  damage(ckpts + "/step-00000020.shards/rank-00000-of-00002.safetensors");
+  auto explicit_resume = runLtrain(gpt(
+      dir, dir / "other", 2, {"dist.zero=3", "train.resume=" + ckpts + "/step-00000010.shards"}));
+  CHECK(explicit_resume.exit_code == 2);
+  CHECK_THAT(explicit_resume.err,
+             Contains("is damaged: rank-00000-of-00002.safetensors does not match its checksum"));
+  CHECK((!std::filesystem::exists(dir / "other/checkpoints") ||
+         std::filesystem::is_empty(dir / "other/checkpoints")));
+  CHECK_FALSE(std::filesystem::exists(dir / "other/model.safetensors"));
 }

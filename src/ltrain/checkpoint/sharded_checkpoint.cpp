@@ -12,6 +12,7 @@
 
 #include "ltrain/common/errors.h"
 #include "ltrain/distributed/optimizer_state.h"
+#include "ltrain/io/crc32c.h"
 #include "ltrain/io/json.h"
 #include "ltrain/io/safetensors.h"
 
@@ -111,6 +112,7 @@ ShardedCheckpointReader::ShardedCheckpointReader(std::string path) : path_(std::
     for (int64_t k = 0; k < world_; ++k) {
       const std::string file = path_ + "/" + shardedRankFile(k, world_);
       if (!fs::is_regular_file(file, ec)) fail("lacks " + shardedRankFile(k, world_));
+      if (idx.contains("files")) verify(file, idx.at("files").at(static_cast<size_t>(k)));
       files_.push_back(std::make_unique<io::SafetensorsFile>(file));
     }
     const auto& units = idx.at("units");
@@ -155,6 +157,24 @@ ShardedCheckpointReader::ShardedCheckpointReader(std::string path) : path_(std::
 }
 
 ShardedCheckpointReader::~ShardedCheckpointReader() = default;
+
+// Before anything of it is read: its size and CRC-32C as index.json recorded them when it was
+// written (checkpoints from before the sums were recorded have none to check).
+void ShardedCheckpointReader::verify(const std::string& file, const io::Json& recorded) const {
+  const std::string name = fs::path(file).filename().string();
+  if (recorded.at("name") != name)
+    fail(fmt::format("is corrupt: index.json lists '{}' where '{}' belongs",
+                     recorded.at("name").get<std::string>(), name));
+  const int64_t bytes = static_cast<int64_t>(fs::file_size(file)), want = recorded.at("bytes");
+  if (bytes != want)
+    fail(fmt::format("is damaged: {} is {} bytes, index.json records {}", name, bytes, want));
+  const uint32_t crc = io::crc32cOfFile(file), want_crc = recorded.at("crc32c");
+  if (crc != want_crc)
+    fail(
+        fmt::format("is damaged: {} does not match its checksum (crc32c {:08x}, written as "
+                    "{:08x})",
+                    name, crc, want_crc));
+}
 
 void ShardedCheckpointReader::fail(const std::string& why) const {
   throw UsageError(fmt::format("checkpoint '{}' {}", path_, why));

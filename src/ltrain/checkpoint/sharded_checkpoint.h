@@ -6,6 +6,9 @@
 //                                ("state.<name>": the random generators' states);
 //   index.json                   written by rank 0 once every rank's file is in: the components'
 //                                numbers ("loop": step, epoch, loss scale, ...), the world size,
+//                                every rank file's size and CRC-32C ("files", checked before
+//                                anything loads: a damaged file is named, and a resume takes the
+//                                previous checkpoint),
 //                                and each unit's layout (its parameters' names, shapes and offsets,
 //                                its padded length), from which the slices are found again.
 // The directory is written as step-<N>.shards.partial and renamed when complete: a crash or a full
@@ -90,6 +93,7 @@ class ShardedCheckpointReader {
     std::vector<int64_t> shape;
   };
   [[noreturn]] void fail(const std::string& why) const;
+  void verify(const std::string& file, const io::Json& recorded) const;
   std::string path_;
   int64_t world_ = 0;
   std::vector<std::unique_ptr<io::SafetensorsFile>> files_;

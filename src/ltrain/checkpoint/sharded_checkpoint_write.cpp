@@ -7,6 +7,7 @@
 #include "ltrain/checkpoint/sharded_checkpoint.h"
 #include "ltrain/distributed/optimizer_state.h"
 #include "ltrain/distributed/process_group.h"
+#include "ltrain/io/crc32c.h"
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
 #include "ltrain/io/safetensors.h"
@@ -52,8 +53,24 @@ void writeRankFile(const std::string& file, const std::vector<UnitShard>& units,
   io::saveSafetensors(file, t);  // a tensor at a time, each copied to the host as it is written
 }
 
-io::Json indexJson(const std::vector<UnitShard>& units, const io::Json& numbers, int64_t world) {
+// A rank file's size and CRC-32C, which index.json records and a reader checks before anything
+// loads (the .pt checkpoints' framing does the same for one file).
+struct FileSum {
+  int64_t bytes = 0;
+  uint32_t crc = 0;
+  static FileSum of(const std::string& file) {
+    return {static_cast<int64_t>(fs::file_size(file)), io::crc32cOfFile(file)};
+  }
+};
+
+io::Json indexJson(const std::vector<UnitShard>& units, const io::Json& numbers, int64_t world,
+                   const std::vector<FileSum>& sums) {
   io::Json j{{"format", kShardedCheckpointFormat}, {"world_size", world}, {"loop", numbers}};
+  j["files"] = io::Json::array();
+  for (int64_t r = 0; r < world; ++r)
+    j["files"].push_back({{"name", shardedRankFile(r, world)},
+                          {"bytes", sums[static_cast<size_t>(r)].bytes},
+                          {"crc32c", sums[static_cast<size_t>(r)].crc}});
   j["units"] = io::Json::array();
   for (const auto& u : units) {
     io::Json params = io::Json::array();
@@ -99,18 +116,28 @@ void saveShardedCheckpoint(const std::string& path, const std::vector<UnitShard>
   }
   agree(pg, path, error);
   ComponentStates states;  // rank 0's, which writes them
-  try {                    // every rank at once
+  FileSum mine;
+  try {  // every rank at once
     if (rt.isMain()) states = takeStates(parts);
-    writeRankFile(partial + "/" + shardedRankFile(rt.rank, rt.world_size), units, model,
-                  rt.isMain() ? &states : nullptr);
+    const std::string file = partial + "/" + shardedRankFile(rt.rank, rt.world_size);
+    writeRankFile(file, units, model, rt.isMain() ? &states : nullptr);
+    mine = FileSum::of(file);
   } catch (const std::exception& e) {
     error = e.what();
   }
   agree(pg, path, error);
+  // Every rank's sums, for index.json: each rank fills its own places (exact in a double).
+  std::vector<double> places(2 * static_cast<size_t>(rt.world_size), 0.0);
+  places[2 * static_cast<size_t>(rt.rank)] = static_cast<double>(mine.bytes);
+  places[2 * static_cast<size_t>(rt.rank) + 1] = static_cast<double>(mine.crc);
+  places = pg.allreduceSum(places);
+  std::vector<FileSum> sums;
+  for (size_t r = 0; r < static_cast<size_t>(rt.world_size); ++r)
+    sums.push_back({static_cast<int64_t>(places[2 * r]), static_cast<uint32_t>(places[2 * r + 1])});
   if (rt.isMain()) {
     try {
       io::writeFileAtomic(partial + "/index.json",
-                          indexJson(units, states.numbers, rt.world_size).dump(1) + "\n");
+                          indexJson(units, states.numbers, rt.world_size, sums).dump(1) + "\n");
       // The same step saved again (a finished run relaunched): the old copy is moved aside, not
       // deleted, until the new one is in place, so a kill or a failed rename leaves one of them.
       const std::string old = path + ".old";
@@ -153,8 +180,10 @@ void saveAsShardedCheckpoint(const std::string& path, torch::nn::Module& model,
   fs::create_directories(path, ec);
   if (ec) throw std::runtime_error(fmt::format("cannot create '{}': {}", path, ec.message()));
   const auto states = takeStates(parts);
-  writeRankFile(path + "/" + shardedRankFile(0, 1), units, model, &states);
-  io::writeFileAtomic(path + "/index.json", indexJson(units, states.numbers, 1).dump(1) + "\n");
+  const std::string file = path + "/" + shardedRankFile(0, 1);
+  writeRankFile(file, units, model, &states);
+  io::writeFileAtomic(path + "/index.json",
+                      indexJson(units, states.numbers, 1, {FileSum::of(file)}).dump(1) + "\n");
 }
 
 }  // namespace ltrain::checkpoint

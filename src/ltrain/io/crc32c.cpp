@@ -1,6 +1,9 @@
 #include "ltrain/io/crc32c.h"
 
 #include <array>
+#include <fstream>
+#include <stdexcept>
+#include <vector>
 
 namespace ltrain::io {
 namespace {
@@ -47,6 +50,19 @@ uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
 uint32_t maskedCrc32c(const void* data, size_t n) {
   const uint32_t crc = crc32c(data, n);
   return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
+}
+
+uint32_t crc32cOfFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw std::runtime_error("cannot read '" + path + "'");
+  std::vector<char> piece(size_t{4} << 20);
+  uint32_t crc = 0;
+  while (in) {
+    in.read(piece.data(), static_cast<std::streamsize>(piece.size()));
+    crc = crc32c(piece.data(), static_cast<size_t>(in.gcount()), crc);
+  }
+  if (in.bad()) throw std::runtime_error("cannot read '" + path + "'");
+  return crc;
 }
 
 }  // namespace ltrain::io
