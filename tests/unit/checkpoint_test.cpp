@@ -16,6 +16,7 @@
 #include "ltrain/train/grad_scaler.h"
 #include "ltrain/train/loss_tally.h"
 #include "support/process.h"
+#include "test_paths.h"
 
 using Catch::Matchers::Contains;
 using ltrain::checkpoint::LoopState;
@@ -276,4 +277,26 @@ TEST_CASE(
   CHECK(loop.step == 5);                            // and so was every other component
   const auto after = other->parameters();
   for (size_t i = 0; i < after.size(); ++i) CHECK(torch::equal(after[i], before[i]));  // the model
+}
+
+// A checkpoint whose frame and checksum are whole but whose TorchScript code does not compile
+// (kept in the fuzz corpus): torch's reader throws its compiler's ErrorReport, not a c10::Error,
+// and that too is a one-line usage error naming the file.
+TEST_CASE("a checkpoint whose archive torch cannot read is a usage error naming the file") {
+  auto cfg = ltrain::config::defaults();
+  cfg.model.hidden = {8};
+  auto m = ltrain::models::build(cfg.model, {1, 6, 6}, 10);
+  auto opt = ltrain::optim::makeOptimizer(cfg.optimizer, m->parameters());
+  const std::string path =
+      std::string(LTRAIN_SOURCE_DIR) + "/tests/fuzz/corpus/checkpoint/bad_torchscript_code.pt";
+  ltrain::checkpoint::LoopState loop;
+  CHECK_THROWS_AS(ltrain::checkpoint::loadCheckpoint(path, *m, *opt, {&loop}), ltrain::UsageError);
+  try {
+    ltrain::checkpoint::loadCheckpoint(path, *m, *opt, {&loop});
+  } catch (const ltrain::UsageError& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Contains("checkpoint '" + path + "' is unusable: expected ident"));
+    CHECK(what.find('\n') == std::string::npos);  // one line, without the quoted code
+  }
+  CHECK_THROWS_AS(ltrain::checkpoint::loadCheckpointModel(path, *m), ltrain::UsageError);
 }

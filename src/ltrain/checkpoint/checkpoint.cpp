@@ -18,6 +18,11 @@ namespace {
 
 constexpr std::string_view kMagic("LTCKPT1\n", 8);
 
+// One line of an exception's message (torch's compiler errors quote the offending code below).
+std::string firstLine(const std::string& what) {
+  return what.substr(0, what.find('\n'));
+}
+
 // Reads and verifies the whole file before torch's reader sees a byte of it; the error names the
 // file and says what is wrong with it.
 void openArchive(const std::string& path, torch::serialize::InputArchive& ar, std::string& bytes) {
@@ -28,11 +33,10 @@ void openArchive(const std::string& path, torch::serialize::InputArchive& ar, st
     // next to its parameters, afterwards (a GPU run's checkpoint also evaluates without a GPU).
     ar.load_from(payload.data(), payload.size(), torch::Device(torch::kCPU));
   } catch (const c10::Error& e) {
-    std::string why = e.what_without_backtrace();
-    throw UsageError(
-        fmt::format("checkpoint '{}' cannot be read: {}", path, why.substr(0, why.find('\n'))));
-  } catch (const std::runtime_error& e) {
-    throw UsageError(fmt::format("checkpoint '{}' is unusable: {}", path, e.what()));
+    throw UsageError(fmt::format("checkpoint '{}' cannot be read: {}", path,
+                                 firstLine(e.what_without_backtrace())));
+  } catch (const std::exception& e) {  // the frame's checks, or torch's reader and its compiler
+    throw UsageError(fmt::format("checkpoint '{}' is unusable: {}", path, firstLine(e.what())));
   }
 }
 
@@ -215,6 +219,11 @@ void loadCheckpointModel(const std::string& path, torch::nn::Module& model) {
     throw UsageError(
         fmt::format("checkpoint '{}' cannot be loaded (corrupt, or from another model): {}", path,
                     why.substr(0, why.find('\n'))));
+  } catch (const UsageError&) {
+    throw;
+  } catch (const std::exception& e) {  // torch's archive reader compiles code lazily
+    throw UsageError(
+        fmt::format("checkpoint '{}' cannot be loaded (corrupt): {}", path, firstLine(e.what())));
   }
 }
 
@@ -255,6 +264,11 @@ void loadCheckpoint(const std::string& path, torch::nn::Module& model, torch::op
         fmt::format("checkpoint '{}' cannot be loaded (corrupt, or from another model or "
                     "optimizer): {}",
                     path, why));
+  } catch (const UsageError&) {
+    throw;
+  } catch (const std::exception& e) {  // torch's archive reader compiles code lazily
+    throw UsageError(
+        fmt::format("checkpoint '{}' cannot be loaded (corrupt): {}", path, firstLine(e.what())));
   }
 }
 
