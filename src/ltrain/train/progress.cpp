@@ -35,14 +35,20 @@ void ProgressBar::update(int64_t epoch, int64_t epochs, int64_t step, int64_t to
   const auto now = std::chrono::steady_clock::now();
   if (step != total && drawn_ && now - last_ < std::chrono::milliseconds(100)) return;
   last_ = now;
-  constexpr int kWidth = 24;
-  const int filled = total > 0 ? static_cast<int>(kWidth * step / total) : 0;
-  fmt::print("\r\x1b[2Kep {}/{} [{}{}] {}/{} | loss {:.4f} | {:.0f} samples/s | ETA {}", epoch,
-             epochs, std::string(static_cast<size_t>(filled), '#'),
-             std::string(static_cast<size_t>(kWidth - filled), '.'), step, total, loss,
-             samples_per_s, clockTime(eta_s));
+  fmt::print("\r\x1b[2K{}", line(epoch, epochs, step, total, loss, samples_per_s, eta_s));
   std::fflush(stdout);
   drawn_ = true;
+}
+
+std::string ProgressBar::line(int64_t epoch, int64_t epochs, int64_t step, int64_t total,
+                              double loss, double samples_per_s, double eta_s) {
+  constexpr int kWidth = 24;
+  const int filled = total > 0 ? static_cast<int>(kWidth * step / total) : 0;
+  return fmt::format("ep {}/{} [{}{}] {}/{} | loss {} | {:.0f} samples/s | ETA {}", epoch, epochs,
+                     std::string(static_cast<size_t>(filled), '#'),
+                     std::string(static_cast<size_t>(kWidth - filled), '.'), step, total,
+                     std::isnan(loss) ? std::string("-") : fmt::format("{:.4f}", loss),
+                     samples_per_s, clockTime(eta_s));
 }
 
 void ProgressBar::clear() {

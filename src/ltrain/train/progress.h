@@ -18,6 +18,10 @@ class ProgressBar {
               double samples_per_s, double eta_s);
   // Erases the bar so that a log line can be printed; the next update draws it again.
   void clear();
+  // The bar's text: "ep 1/3 [######..] 40/120 | loss 2.3026 | 812 samples/s | ETA 00:01:05";
+  // "loss -" until the first logging window has a loss (NaN).
+  static std::string line(int64_t epoch, int64_t epochs, int64_t step, int64_t total, double loss,
+                          double samples_per_s, double eta_s);
 
  private:
   bool enabled_ = false, drawn_ = false;
