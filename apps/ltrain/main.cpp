@@ -136,10 +136,20 @@ int cmdMultirun(const Args& a) {
   return ltrain::sweep::runSweep(spec, selfExe());
 }
 
+// eval and predict: the config and weights given, or a run directory's.
+ltrain::inference::RunFiles evalFiles(const Args& a) {
+  auto f = ltrain::inference::resolveRun({a.config, a.overrides, a.checkpoint, a.run_dir, ""});
+  if (f.weights.empty())
+    throw ltrain::UsageError(
+        "expected --checkpoint PATH (a checkpoint .pt or a model.safetensors) or --run RUN_DIR");
+  return f;
+}
+
 int cmdEval(const Args& a) {
-  auto lc = ltrain::config::loadConfig(a.config, a.overrides);
+  const auto files = evalFiles(a);
+  auto lc = ltrain::config::loadConfig(files.config, a.overrides);
   spdlog::set_pattern("[%H:%M:%S] %v");
-  auto r = ltrain::train::evaluateWeights(lc, a.checkpoint);
+  auto r = ltrain::train::evaluateWeights(lc, files.weights);
   // A language model's held-out split is its text's validation part: also its perplexity.
   fmt::print("test_accuracy {:.4f}  test_loss {:.4f}  examples {}{}\n", r.test_accuracy,
              r.test_loss, r.examples,
@@ -150,7 +160,8 @@ int cmdEval(const Args& a) {
 int cmdPredict(Args& a) {
   spdlog::set_pattern("[%H:%M:%S] %v");
   auto& req = a.predict;
-  req.config = a.config, req.overrides = a.overrides, req.checkpoint = a.checkpoint;
+  const auto files = evalFiles(a);
+  req.config = files.config, req.overrides = a.overrides, req.checkpoint = files.weights;
   const auto s = ltrain::inference::runPredict(req);
   fmt::print(
       "{} predictions written to {}{}{}\n", s.rows, req.output,
@@ -279,21 +290,23 @@ int main(int argc, char** argv) {
   config->footer(keys);
 
   auto* eval = app.add_subcommand("eval", "Evaluate saved weights on the test split");
-  eval->add_option("config", a.config, "Experiment config (YAML) that describes the model and data")
-      ->required();
+  eval->add_option("config", a.config,
+                   "Experiment config (YAML) that describes the model and data; or --run");
   eval->add_option("overrides", a.overrides, "KEY=VALUE overrides");
-  eval->add_option("--checkpoint", a.checkpoint, "A checkpoint (.pt) or a model.safetensors")
-      ->required();
+  eval->add_option("--checkpoint", a.checkpoint,
+                   "A checkpoint (.pt) or a model.safetensors (default: the run's final weights)");
+  eval->add_option("--run", a.run_dir, "A run directory: its config.yaml and final weights");
   eval->footer(keys);
 
   auto* predict = app.add_subcommand(
       "predict", "Write a trained classifier's predictions for images or a table as CSV");
-  predict
-      ->add_option("config", a.config, "Experiment config (YAML) that describes the model and data")
-      ->required();
+  predict->add_option("config", a.config,
+                      "Experiment config (YAML) that describes the model and data; or --run");
   predict->add_option("overrides", a.overrides, "KEY=VALUE overrides");
-  predict->add_option("--checkpoint", a.checkpoint, "A checkpoint (.pt) or a model.safetensors")
-      ->required();
+  predict->add_option(
+      "--checkpoint", a.checkpoint,
+      "A checkpoint (.pt) or a model.safetensors (default: the run's final weights)");
+  predict->add_option("--run", a.run_dir, "A run directory: its config.yaml and final weights");
   predict
       ->add_option("--input", a.predict.input,
                    "Class folders, a folder of images, one image, a path,label manifest, or (csv "

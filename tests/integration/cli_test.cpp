@@ -229,6 +229,14 @@ TEST_CASE("eval prints the test metrics of a checkpoint or a safetensors file") 
   auto missing = runLtrain(a);
   CHECK(missing.exit_code == 2);
   CHECK_THAT(missing.err, Contains("--checkpoint '" + (dir / "nope.pt") + "' not found"));
+  // --run, as generate and export take it: the run's config and final weights.
+  auto by_run = runLtrain({"eval", "--run", dir / "run"});
+  INFO(by_run.err);
+  REQUIRE(by_run.exit_code == 0);
+  CHECK_THAT(by_run.out, Contains(fmt::format("test_accuracy {:.4f}", acc)));
+  auto neither = runLtrain({"eval", dir / "c.yaml"});
+  CHECK(neither.exit_code == 2);
+  CHECK_THAT(neither.err, Contains("expected --checkpoint PATH"));
 }
 
 TEST_CASE(

@@ -105,15 +105,31 @@ models::ParameterValues streamedValues(const std::string& weights, const models:
 
 }  // namespace
 
-LoadedModel loadTrainedModel(const InferenceRequest& req, bool need_codec, bool streamed) {
+RunFiles resolveRun(const InferenceRequest& req) {
   std::error_code ec;
   if (req.config.empty() && req.run.empty())
     throw UsageError("expected a CONFIG.yaml argument or --run RUN_DIR");
   if (!req.run.empty() && !fs::is_directory(req.run, ec))
     throw UsageError(fmt::format("--run '{}' is not a directory", req.run));
+  RunFiles f{req.config.empty() ? req.run + "/config.yaml" : req.config, req.checkpoint};
+  if (f.weights.empty() && !req.run.empty()) {
+    const auto final_weights = fs::path(req.run) / "model.safetensors";
+    if (fs::is_regular_file(final_weights, ec))
+      f.weights = final_weights.string();
+    else if (auto newest = newestCheckpoint((fs::path(req.run) / "checkpoints").string()))
+      f.weights = *newest;
+    else
+      throw UsageError(fmt::format(
+          "--run '{}' holds no weights (model.safetensors or checkpoints/step-*.pt)", req.run));
+  }
+  return f;
+}
+
+LoadedModel loadTrainedModel(const InferenceRequest& req, bool need_codec, bool streamed) {
+  const RunFiles files = resolveRun(req);
+  std::error_code ec;
   LoadedModel lm;
-  lm.lc =
-      config::loadConfig(req.config.empty() ? req.run + "/config.yaml" : req.config, req.overrides);
+  lm.lc = config::loadConfig(files.config, req.overrides);
   const auto& cfg = lm.lc.cfg;
   if (!config::modelFamily(cfg.model.name).language_model)
     throw UsageError(
@@ -122,17 +138,7 @@ LoadedModel loadTrainedModel(const InferenceRequest& req, bool need_codec, bool 
                     lm.lc.where("model.name"), cfg.model.name,
                     models::listed(models::familiesWhere(
                         [](const models::ModelSpec& s) { return s.traits.language_model; }))));
-  lm.weights = req.checkpoint;
-  if (lm.weights.empty() && !req.run.empty()) {
-    const auto final_weights = fs::path(req.run) / "model.safetensors";
-    if (fs::is_regular_file(final_weights, ec))
-      lm.weights = final_weights.string();
-    else if (auto newest = newestCheckpoint((fs::path(req.run) / "checkpoints").string()))
-      lm.weights = *newest;
-    else
-      throw UsageError(fmt::format(
-          "--run '{}' holds no weights (model.safetensors or checkpoints/step-*.pt)", req.run));
-  }
+  lm.weights = files.weights;
   if (lm.weights.empty() && cfg.model.init_from.empty())
     throw UsageError(
         "expected --checkpoint PATH (a checkpoint .pt or a model.safetensors), "

@@ -38,6 +38,15 @@ struct LoadedModel {
 // sharded checkpoint are checked, not loaded, and read one tensor at a time through `values`.
 LoadedModel loadTrainedModel(const InferenceRequest& req, bool need_codec, bool streamed = false);
 
+// What `--run RUN_DIR` stands for where a command takes it (generate, export, eval, predict): its
+// config.yaml unless a config is given, and its final model.safetensors, else its newest
+// checkpoint, unless --checkpoint is given. UsageError naming what is missing; `weights` stays
+// empty when neither --run nor --checkpoint names any.
+struct RunFiles {
+  std::string config, weights;
+};
+RunFiles resolveRun(const InferenceRequest& req);
+
 // ltrain generate: prints the prompt and what follows it on stdout, tokens/s on stderr.
 void runGenerate(const InferenceRequest& req, const std::string& prompt,
                  const models::SamplingOptions& options);
