@@ -32,18 +32,20 @@ ltrain::models::Classifier gpt(int64_t layers) {
 
 TEST_CASE("pipeline stages split the layers by parameter count") {
   auto m = gpt(4);  // embedding, 4 blocks, final norm, tied head: 7 layers
-  m->placePipeline({torch::kCPU, torch::kCPU}, 4);
+  ltrain::models::applyPipeline(*m, {torch::kCPU, torch::kCPU}, 4);
   // The embedding (13*16 + 8*16) is about a third of a block: two blocks and a bit per stage.
-  CHECK(m->pipelineSummary() == "layers 0-2 on cpu, layers 3-6 on cpu");
-  m->placePipeline({torch::kCPU, torch::kCPU, torch::kCPU}, 2);
-  CHECK(m->pipelineSummary() == "layers 0-1 on cpu, layers 2-3 on cpu, layers 4-6 on cpu");
-  CHECK_THROWS_WITH(m->placePipeline(std::vector<torch::Device>(8, torch::kCPU), 2),
-                    Contains("the model has 7 layers to split, expected 2..7"));
+  CHECK(m->pipeline->summary() == "layers 0-2 on cpu, layers 3-6 on cpu");
+  ltrain::models::applyPipeline(*m, {torch::kCPU, torch::kCPU, torch::kCPU}, 2);
+  CHECK(m->pipeline->summary() == "layers 0-1 on cpu, layers 2-3 on cpu, layers 4-6 on cpu");
+  CHECK_THROWS_WITH(
+      ltrain::models::applyPipeline(*m, std::vector<torch::Device>(8, torch::kCPU), 2),
+      Contains("the model has 7 layers to split, expected 2..7"));
 }
 
 TEST_CASE("the GPipe schedule gives the unsplit model's outputs and gradients") {
-  auto whole = gpt(3), piped = gpt(3);                  // same seed: same weights
-  piped->placePipeline({torch::kCPU, torch::kCPU}, 3);  // 3 micro-batches of a batch of 7 (3+3+1)
+  auto whole = gpt(3), piped = gpt(3);  // same seed: same weights
+  ltrain::models::applyPipeline(*piped, {torch::kCPU, torch::kCPU},
+                                3);  // 3 micro-batches of a batch of 7 (3+3+1)
   auto x = torch::randint(13, {7, 8}, torch::kLong);
   auto y = torch::randint(13, {7, 8}, torch::kLong);
   auto loss = [&](ltrain::models::Classifier& m) {
@@ -64,16 +66,16 @@ TEST_CASE("the GPipe schedule gives the unsplit model's outputs and gradients") 
 }
 
 TEST_CASE("the 1F1B order: warm-up forwards, one forward one backward, then the rest backward") {
-  using ltrain::models::ClassifierImpl;
+  using ltrain::models::Pipeline;
   // 3 stages, 4 micro-batches; a forward of m is m, its backward -(m + 1).
-  const auto order = ClassifierImpl::oneFOneBOrder(3, 4);
+  const auto order = Pipeline::oneFOneBOrder(3, 4);
   CHECK(order[0] == std::vector<int64_t>{0, 1, 2, -1, 3, -2, -3, -4});
   CHECK(order[1] == std::vector<int64_t>{0, 1, -1, 2, -2, 3, -3, -4});
   CHECK(order[2] == std::vector<int64_t>{0, -1, 1, -2, 2, -3, 3, -4});
   // At most stages - s micro-batches alive on stage s (GPipe: all of them).
   for (int64_t stages : {2, 3, 4})
     for (int64_t micro : {1, 3, 8}) {
-      const auto o = ClassifierImpl::oneFOneBOrder(stages, micro);
+      const auto o = Pipeline::oneFOneBOrder(stages, micro);
       for (int64_t s = 0; s < stages; ++s) {
         int64_t alive = 0, peak = 0, forwards = 0, backwards = 0;
         for (int64_t op : o[static_cast<size_t>(s)]) {
@@ -90,14 +92,15 @@ TEST_CASE("the 1F1B order: warm-up forwards, one forward one backward, then the 
 
 TEST_CASE("the 1F1B schedule gives the unsplit model's loss and gradients") {
   auto whole = gpt(4), piped = gpt(4);
-  piped->placePipeline({torch::kCPU, torch::kCPU, torch::kCPU}, 5);  // 5 micro-batches of 7 rows
+  ltrain::models::applyPipeline(*piped, {torch::kCPU, torch::kCPU, torch::kCPU},
+                                5);  // 5 micro-batches of 7 rows
   auto x = torch::randint(13, {7, 8}, torch::kLong);
   auto y = torch::randint(13, {7, 8}, torch::kLong);
   auto lw = torch::nn::functional::cross_entropy(whole->forward(x).flatten(0, 1), y.flatten());
   lw.backward();
   std::vector<size_t> armed;
-  auto loss = piped->pipelineStep(
-      x, y,
+  auto loss = piped->pipeline->step(
+      *piped, x, y,
       [](const torch::Tensor& out, const torch::Tensor& t) {
         return torch::nn::functional::cross_entropy(
             out.flatten(0, 1), t.flatten(),

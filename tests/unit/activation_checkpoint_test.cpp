@@ -81,7 +81,7 @@ TEST_CASE("checkpointed blocks give the plain gradients with dropout on: gpt, ll
     for (int64_t every : {1, 3}) {
       INFO("every " << every);
       auto plain = make(name), ckpt = make(name);
-      const int64_t runs = ckpt->useActivationCheckpointing(every);
+      const int64_t runs = ltrain::models::applyActivationCheckpointing(*ckpt, every);
       // 4 blocks (gpt, llama) or 8 (resnet-18), cut every `every`.
       const int64_t blocks = name == "resnet" ? 8 : 4;
       CHECK(runs == (blocks + every - 1) / every);
@@ -112,8 +112,9 @@ TEST_CASE("checkpointed blocks give the plain gradients with dropout on: gpt, ll
 TEST_CASE("a pipeline's stages recompute their own checkpointed blocks") {
   // Dropout draws differ between a pipeline's micro-batches and one batch: compared without.
   auto plain = make("gpt", 0.0), piped = make("gpt", 0.0);
-  piped->useActivationCheckpointing(2);  // runs of blocks 1-2 and 3-4, cut by the stage boundary
-  piped->placePipeline({torch::kCPU, torch::kCPU}, 3);
+  ltrain::models::applyActivationCheckpointing(
+      *piped, 2);  // runs of blocks 1-2 and 3-4, cut by the stage boundary
+  ltrain::models::applyPipeline(*piped, {torch::kCPU, torch::kCPU}, 3);
   torch::manual_seed(5);
   auto x = torch::randint(13, {7, 8}, torch::kLong), y = torch::randint(13, {7, 8}, torch::kLong);
   const double lp = step(plain, x, y), lc = step(piped, x, y);

@@ -77,8 +77,7 @@ void bindDevice(torch::Device d) {
 
 void placeModel(models::Classifier& model, const config::ModelConfig& m, const Devices& d) {
   if (m.placement == config::Placement::kPipeline) {
-    model->placePipeline(d.stages, m.micro_batches);
-    model->one_f_one_b = m.pipeline_schedule == "1f1b";
+    models::applyPipeline(*model, d.stages, m.micro_batches, m.pipeline_schedule == "1f1b");
   } else if (model->deferred) {  // its parameters have no memory yet: they get it when sharded
     models::placeDeferred(model, d.main);
   } else {

@@ -45,7 +45,7 @@ std::unique_ptr<ParallelPlan> parallelize(models::Classifier& model, const confi
     for (size_t i = 0; i < model->layers->size(); ++i)
       setup.layer_params.push_back(model->layerParameters(i));
   setup.set_layer_hooks = [m = model](std::shared_ptr<models::LayerHooks> h) mutable {
-    m->layer_hooks = std::move(h);
+    models::setLayerHooks(*m, std::move(h));
   };
   if (model->deferred) {
     if (!shardsParameters(dist, pg != nullptr))

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <mutex>
 
+#include "ltrain/models/layer_runner.h"
 #include "ltrain/models/model.h"
 
 namespace ltrain::models {
@@ -115,62 +116,71 @@ torch::Tensor checkpointed(Segment segment, const torch::Tensor& x,
   return y;
 }
 
-int64_t ClassifierImpl::useActivationCheckpointing(int64_t every) {
-  checkpoint_segments.clear();
-  if (every <= 0) return 0;
-  // Runs of consecutive repeated blocks, cut every `every` blocks.
-  std::pair<size_t, size_t> open{0, 0};
-  auto close = [&] {
-    if (open.second > open.first) checkpoint_segments.push_back(open);
-    open = {0, 0};
-  };
-  for (size_t i = 0; i < layers->size(); ++i) {
-    const bool block = dynamic_cast<const RepeatedBlock*>(layers->ptr(i).get()) != nullptr;
-    if (!block) {
-      close();
-      continue;
+int64_t applyActivationCheckpointing(ClassifierImpl& model, int64_t every) {
+  std::vector<std::pair<size_t, size_t>> runs;
+  if (every > 0) {
+    // Runs of consecutive repeated blocks, cut every `every` blocks.
+    std::pair<size_t, size_t> open{0, 0};
+    auto close = [&] {
+      if (open.second > open.first) runs.push_back(open);
+      open = {0, 0};
+    };
+    for (size_t i = 0; i < model.layers->size(); ++i) {
+      const bool block = dynamic_cast<const RepeatedBlock*>(model.layers->ptr(i).get()) != nullptr;
+      if (!block) {
+        close();
+        continue;
+      }
+      if (open.second == open.first) open = {i, i};
+      open.second = i + 1;
+      if (static_cast<int64_t>(open.second - open.first) == every) close();
     }
-    if (open.second == open.first) open = {i, i};
-    open.second = i + 1;
-    if (static_cast<int64_t>(open.second - open.first) == every) close();
+    close();
   }
-  close();
-  return static_cast<int64_t>(checkpoint_segments.size());
+  if (!model.runner) model.runner = std::make_shared<LayerRunner>();
+  model.runner->checkpointed = std::move(runs);
+  return static_cast<int64_t>(model.runner->checkpointed.size());
 }
 
-torch::Tensor ClassifierImpl::runLayers(torch::Tensor x, size_t begin, size_t end) {
-  const bool recompute =
-      is_training() && torch::GradMode::is_enabled() && !checkpoint_segments.empty();
-  auto layer = [this](size_t j) { return layers->begin() + static_cast<std::ptrdiff_t>(j); };
+void setLayerHooks(ClassifierImpl& model, std::shared_ptr<LayerHooks> hooks) {
+  if (!model.runner) model.runner = std::make_shared<LayerRunner>();
+  model.runner->hooks = std::move(hooks);
+}
+
+torch::Tensor LayerRunner::run(torch::nn::Sequential layers, torch::Tensor x, size_t begin,
+                               size_t end, bool training) const {
+  const bool recompute = training && torch::GradMode::is_enabled() && !checkpointed.empty();
+  auto* seq = layers.get();  // a layer's forward is not const
+  auto layer = [seq](size_t j) { return seq->begin() + static_cast<std::ptrdiff_t>(j); };
   size_t i = begin;
   while (i < end) {
     size_t stop = i;  // the checkpointed run that holds layer i (cut at a stage's end), if any
     if (recompute)
-      for (const auto& [a, b] : checkpoint_segments)
+      for (const auto& [a, b] : checkpointed)
         if (a <= i && i < b) stop = std::min(b, end);
     if (stop == i) {
-      if (layer_hooks) layer_hooks->beforeLayer(i);
+      if (hooks) hooks->beforeLayer(i);
       x = layer(i)->forward(x);
-      if (layer_hooks) x = layer_hooks->afterLayer(i, x);
+      if (hooks) x = hooks->afterLayer(i, x);
       ++i;
       continue;
     }
     // The hooks stay outside the recomputed run: its parameters are gathered for the forward
     // and again, by the outputs' backward, before the rerun.
-    if (layer_hooks)
-      for (size_t j = i; j < stop; ++j) layer_hooks->beforeLayer(j);
+    if (hooks)
+      for (size_t j = i; j < stop; ++j) hooks->beforeLayer(j);
     std::vector<torch::Tensor> buffers;
     for (size_t j = i; j < stop; ++j)
       for (const auto& buf : layers->ptr(j)->buffers()) buffers.push_back(buf);
-    x = checkpointed(
+    x = models::checkpointed(
         [layer, i, stop](const torch::Tensor& in) {
           torch::Tensor a = in;
           for (size_t j = i; j < stop; ++j) a = layer(j)->forward(a);
           return a;
         },
         x, std::move(buffers));
-    if (layer_hooks)
-      for (size_t j = i; j < stop; ++j) x = layer_hooks->afterLayer(j, x);
+    if (hooks)
+      for (size_t j = i; j < stop; ++j) x = hooks->afterLayer(j, x);
     i = stop;
   }
   return x;

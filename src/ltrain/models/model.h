@@ -13,6 +13,8 @@
 #include "ltrain/config/experiment_config.h"
 #include "ltrain/models/deferred_values.h"
 #include "ltrain/models/layer_hooks.h"
+#include "ltrain/models/layer_runner.h"
+#include "ltrain/models/pipeline.h"
 
 namespace ltrain::models {
 
@@ -57,41 +59,20 @@ struct ClassifierImpl : torch::nn::Cloneable<ClassifierImpl> {
   torch::Tensor forward(torch::Tensor x) {
     if (scripted) return scripted->forward(x);
     if (channels_last && x.dim() == 4) x = x.contiguous(at::MemoryFormat::ChannelsLast);
-    if (!stages.empty()) return pipelineForward(x);
-    if (checkpoint_segments.empty() && !layer_hooks) return layers->forward(x);
-    return runLayers(x, 0, layers->size());
+    if (pipeline) return pipeline->forward(*this, x);
+    if (!runner) return layers->forward(x);
+    return runner->run(layers, x, 0, layers->size(), is_training());
   }
-  // train.activation_checkpointing: runs of `every` consecutive repeated blocks (transformer or
-  // residual blocks) are recomputed in backward instead of keeping their activations
-  // (models/activation_checkpoint.h); 0 turns it off. Returns how many runs there are.
-  int64_t useActivationCheckpointing(int64_t every);
+  // Layers [begin, end) on x, as the runner applied from outside runs them (a pipeline's stage).
+  torch::Tensor runLayers(torch::Tensor x, size_t begin, size_t end) {
+    if (runner) return runner->run(layers, x, begin, end, is_training());
+    for (size_t i = begin; i < end; ++i)
+      x = layers->begin()[static_cast<std::ptrdiff_t>(i)].forward(x);
+    return x;
+  }
   // Converts 4-d weights to channels-last (NHWC) and makes forward() feed images that way:
   // oneDNN (CPU) and cuDNN (GPU) convolutions run faster on that layout. Values are unchanged.
   void useChannelsLast();
-  // model.placement=pipeline: splits the layers into devices.size() contiguous stages of about
-  // equal parameter count, moves stage s to devices[s], and makes forward() run GPipe's schedule
-  // over `micro_batches` slices of the batch (pipeline.cpp). Parameter names do not change.
-  void placePipeline(const std::vector<torch::Device>& devices, int64_t micro_batches);
-  // model.pipeline_schedule 1f1b: training runs each micro-batch's forward and backward
-  // through pipelineStep() instead of forward() then one backward.
-  bool one_f_one_b = false;
-  bool pipelined() const { return !stages.empty(); }
-  // The loss summed over a micro-batch's targets, from its float outputs.
-  using MicroBatchLoss = std::function<torch::Tensor(const torch::Tensor&, const torch::Tensor&)>;
-  // One batch's forward and backward under the 1F1B schedule (pipeline.cpp): stage s does
-  // stages - 1 - s warm-up forwards, then alternates a forward and a backward, then the rest of
-  // its backwards, so at most stages - s micro-batches' activations are alive on it. Gradients
-  // accumulate as one backward of (sum of the micro-batches' losses / the batch's target count)
-  // x `scale` would give; `before_last_backward(s)`, when set, runs just before stage s's last
-  // backward (DDP arms that stage's reducer there). Returns the batch's mean loss, detached.
-  torch::Tensor pipelineStep(const torch::Tensor& x, const torch::Tensor& y,
-                             const MicroBatchLoss& loss_sum, const torch::Tensor& scale,
-                             const std::function<void(size_t)>& before_last_backward);
-  // The stage each op of a schedule runs, for tests and the bubble count: per stage, its ops in
-  // order, a forward of micro-batch m as m and its backward as -(m + 1).
-  static std::vector<std::vector<int64_t>> oneFOneBOrder(int64_t stages, int64_t micro_batches);
-  // "layers 0-2 on cpu, layers 3-5 on cpu" for the log; empty without a pipeline.
-  std::string pipelineSummary() const;
   // Each pipeline stage's parameters (under the model's names) and buffers, first stage first;
   // without a pipeline one entry holding the whole model. Gradient synchronisation keeps one
   // communicator per stage device.
@@ -116,26 +97,16 @@ struct ClassifierImpl : torch::nn::Cloneable<ClassifierImpl> {
   std::vector<std::string> layer_prefixes;
   std::shared_ptr<ScriptedModel> scripted;
   bool channels_last = false;
-  std::vector<std::pair<size_t, size_t>> checkpoint_segments;  // layers [first, second)
-  // Called around every layer's forward when set (dist.zero 3's gathers; not under a pipeline).
-  std::shared_ptr<LayerHooks> layer_hooks;
+  // Applied from outside the model: how forward runs its layers (activation checkpointing,
+  // dist.zero 3's hooks: layer_runner.h), and the pipeline its stages form (pipeline.h).
+  std::shared_ptr<LayerRunner> runner;
+  std::shared_ptr<Pipeline> pipeline;
   // Set when the parameters were made without memory (build(.., deferred)): their values, a layer
   // at a time, for the plan that shards them.
   std::shared_ptr<DeferredValues> deferred;
   // dist.tensor_parallel: this rank's part of each split parameter, and how to make, gather and
   // slice them (models/tensor_parallel.h).
   std::shared_ptr<TensorParallelism> tp;
-
- private:
-  torch::Tensor pipelineForward(const torch::Tensor& x);
-  // Layers [begin, end), the checkpointed runs among them recomputed in backward when training.
-  torch::Tensor runLayers(torch::Tensor x, size_t begin, size_t end);
-  struct Stage {
-    size_t begin, end;  // layers [begin, end)
-    torch::Device device;
-  };
-  std::vector<Stage> stages;
-  int64_t micro_batches = 1;
 };
 TORCH_MODULE(Classifier);
 

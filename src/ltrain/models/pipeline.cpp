@@ -17,11 +17,13 @@
 
 #include "ltrain/common/errors.h"
 #include "ltrain/models/model.h"
+#include "ltrain/models/pipeline.h"
 
 namespace ltrain::models {
 
-void ClassifierImpl::placePipeline(const std::vector<torch::Device>& devices,
-                                   int64_t micro_batches_) {
+void applyPipeline(ClassifierImpl& model, const std::vector<torch::Device>& devices,
+                   int64_t micro_batches, bool one_f_one_b) {
+  auto& layers = model.layers;
   const size_t n = layers->size(), s = devices.size();
   if (s < 2 || s > n)
     throw UsageError(fmt::format(
@@ -34,7 +36,7 @@ void ClassifierImpl::placePipeline(const std::vector<torch::Device>& devices,
   }
   // Stage k ends where the running count comes closest to k+1 shares of the total, leaving at
   // least one layer for each stage after it.
-  stages.clear();
+  std::vector<Pipeline::Stage> stages;
   size_t begin = 0;
   int64_t running = 0;
   for (size_t k = 0; k < s; ++k) {
@@ -49,12 +51,12 @@ void ClassifierImpl::placePipeline(const std::vector<torch::Device>& devices,
     for (size_t i = begin; i < end; ++i) layers->ptr(i)->to(devices[k]);
     begin = end;
   }
-  micro_batches = micro_batches_;
+  model.pipeline = std::make_shared<Pipeline>(std::move(stages), micro_batches, one_f_one_b);
 }
 
 std::vector<ClassifierImpl::StageTensors> ClassifierImpl::stageTensors() const {
   std::vector<StageTensors> out;
-  if (stages.empty()) {
+  if (!pipeline) {
     StageTensors all;
     const auto params = parameters();
     if (!params.empty()) all.device = params.front().device();
@@ -63,7 +65,7 @@ std::vector<ClassifierImpl::StageTensors> ClassifierImpl::stageTensors() const {
     out.push_back(std::move(all));
     return out;
   }
-  for (const auto& st : stages) {
+  for (const auto& st : pipeline->stages()) {
     StageTensors t;
     t.device = st.device;
     for (size_t i = st.begin; i < st.end; ++i) {
@@ -77,35 +79,35 @@ std::vector<ClassifierImpl::StageTensors> ClassifierImpl::stageTensors() const {
   return out;
 }
 
-std::string ClassifierImpl::pipelineSummary() const {
+std::string Pipeline::summary() const {
   std::string out;
-  for (const auto& st : stages)
+  for (const auto& st : stages_)
     out += fmt::format("{}layers {}-{} on {}", out.empty() ? "" : ", ", st.begin, st.end - 1,
                        st.device.str());
   return out;
 }
 
-torch::Tensor ClassifierImpl::pipelineForward(const torch::Tensor& x) {
-  auto acts = x.chunk(micro_batches, 0);
+torch::Tensor Pipeline::forward(ClassifierImpl& model, const torch::Tensor& x) const {
+  auto acts = x.chunk(micro_batches_, 0);
   const auto m_count = static_cast<int64_t>(acts.size());
-  const auto s_count = static_cast<int64_t>(stages.size());
+  const auto s_count = static_cast<int64_t>(stages_.size());
   for (int64_t tick = 0; tick < m_count + s_count - 1; ++tick) {
     for (int64_t s = std::min(tick, s_count - 1); s >= 0; --s) {
       const int64_t m = tick - s;
       if (m >= m_count) continue;
-      const Stage& st = stages[s];
+      const Stage& st = stages_[s];
       auto a = acts[m].device() == st.device ? acts[m] : acts[m].to(st.device, true);
-      acts[m] = runLayers(a, st.begin, st.end);
+      acts[m] = model.runLayers(a, st.begin, st.end);
     }
   }
   return torch::cat(acts, 0);
 }
 
-std::vector<std::vector<int64_t>> ClassifierImpl::oneFOneBOrder(int64_t stages_, int64_t micro) {
-  std::vector<std::vector<int64_t>> order(static_cast<size_t>(stages_));
-  for (int64_t s = 0; s < stages_; ++s) {
+std::vector<std::vector<int64_t>> Pipeline::oneFOneBOrder(int64_t stages, int64_t micro) {
+  std::vector<std::vector<int64_t>> order(static_cast<size_t>(stages));
+  for (int64_t s = 0; s < stages; ++s) {
     auto& ops = order[static_cast<size_t>(s)];
-    const int64_t warm = std::min(stages_ - 1 - s, micro);
+    const int64_t warm = std::min(stages - 1 - s, micro);
     for (int64_t m = 0; m < warm; ++m) ops.push_back(m);
     for (int64_t m = warm; m < micro; ++m) ops.push_back(m), ops.push_back(-(m - warm + 1));
     for (int64_t m = micro - warm; m < micro; ++m) ops.push_back(-(m + 1));
@@ -113,10 +115,11 @@ std::vector<std::vector<int64_t>> ClassifierImpl::oneFOneBOrder(int64_t stages_,
   return order;
 }
 
-torch::Tensor ClassifierImpl::pipelineStep(
-    const torch::Tensor& x, const torch::Tensor& y, const MicroBatchLoss& loss_sum,
-    const torch::Tensor& scale, const std::function<void(size_t)>& before_last_backward) {
-  const auto xs = x.chunk(micro_batches, 0), ys = y.chunk(micro_batches, 0);
+torch::Tensor Pipeline::step(ClassifierImpl& model, const torch::Tensor& x, const torch::Tensor& y,
+                             const MicroBatchLoss& loss_sum, const torch::Tensor& scale,
+                             const std::function<void(size_t)>& before_last_backward) const {
+  const auto& stages = stages_;
+  const auto xs = x.chunk(micro_batches_, 0), ys = y.chunk(micro_batches_, 0);
   const auto m_count = static_cast<int64_t>(xs.size());
   const auto s_count = static_cast<int64_t>(stages.size());
   const auto order = oneFOneBOrder(s_count, m_count);
@@ -148,7 +151,7 @@ torch::Tensor ClassifierImpl::pipelineStep(
         if (a.device() != st.device) a = a.to(st.device, true);
         if (s > 0 && a.is_floating_point()) a.requires_grad_(true);
         in[s][m] = a;
-        out[s][m] = runLayers(a, st.begin, st.end);
+        out[s][m] = model.runLayers(a, st.begin, st.end);
         if (s + 1 == stages.size()) {
           losses[m] = loss_sum(out[s][m].to(torch::kFloat), ys[m].to(st.device)) * factor;
           mean += losses[m].detach();

@@ -58,7 +58,7 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
   }
   // dist.zero 3's layer hooks gather parameters with collectives: every rank runs as many
   // forwards as the largest shard needs, a shorter shard repeating a batch it does not count.
-  if (model->layer_hooks && pg && shards > 1) {
+  if (model->runner && model->runner->hooks && pg && shards > 1) {
     const int64_t most = (ds.size() + shards - 1) / shards;
     const int64_t needed = (most + batch_size - 1) / batch_size;
     if (batches == 0 && needed > 0) {

@@ -47,10 +47,11 @@ StepResult TrainStep::run(data::Loader& loader, const StepPosition& at, int64_t 
     const data::Batch b = nextBatch(loader, r);
     const bool last = i == micro_batches - 1;
     // 1F1B arms each stage's reduction itself, just before that stage's last backward.
-    plan_.prepare(distributed::MicroStep::forward(/*first=*/i == 0, last && !model_->one_f_one_b));
+    const bool one_f_one_b = model_->pipeline && model_->pipeline->oneFOneB();
+    plan_.prepare(distributed::MicroStep::forward(/*first=*/i == 0, last && !one_f_one_b));
     if (i == 0) snapshotBuffers();
     torch::Tensor loss;
-    if (model_->one_f_one_b) {
+    if (one_f_one_b) {
       loss = pipelineForwardBackward(b, at.step + 1, micro_batches, last);
     } else {
       loss = forwardLoss(b, at.step + 1);
@@ -118,7 +119,7 @@ torch::Tensor TrainStep::pipelineForwardBackward(const data::Batch& b, int64_t s
   std::function<void(size_t)> arm;
   if (last)
     arm = [&](size_t stage) { plan_.prepare(distributed::MicroStep::lastBackwardOf(stage)); };
-  return model_->pipelineStep(x, y, loss_sum, scale, arm);
+  return model_->pipeline->step(*model_, x, y, loss_sum, scale, arm);
 }
 
 // The mean over micro-batches, scaled up for fp16 so that small gradients survive its range.

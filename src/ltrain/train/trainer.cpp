@@ -115,7 +115,7 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   if (const int64_t every = config::activationCheckpointEvery(cfg_.train); every > 0)
     reporter_.info(
         fmt::format("activation checkpointing: {} recomputed run(s) of up to {} block(s)",
-                    model_->useActivationCheckpointing(every), every));
+                    models::applyActivationCheckpointing(*model_, every), every));
   sampler_ = std::make_unique<data::DistributedSampler>(
       splits_.train.size(), data_world_, data_rank_, cfg_.data.shuffle, cfg_.seed, false);
   batches_per_epoch_ =
@@ -264,7 +264,7 @@ void Trainer::announce() {
   if (cfg_.model.placement == config::Placement::kPipeline)
     reporter_.info(fmt::format("pipeline of {} stages, {} micro-batches a batch: {}",
                                devices_.stages.size(), cfg_.model.micro_batches,
-                               model_->pipelineSummary()));
+                               model_->pipeline->summary()));
 }
 
 Summary Trainer::run() {
