@@ -215,10 +215,9 @@ void loadCheckpointModel(const std::string& path, torch::nn::Module& model) {
     openArchive(path, ar, bytes);
     loadModel(ar, model, path);
   } catch (const c10::Error& e) {
-    std::string why = e.what_without_backtrace();
     throw UsageError(
         fmt::format("checkpoint '{}' cannot be loaded (corrupt, or from another model): {}", path,
-                    why.substr(0, why.find('\n'))));
+                    firstLine(e.what_without_backtrace())));
   } catch (const UsageError&) {
     throw;
   } catch (const std::exception& e) {  // torch's archive reader compiles code lazily
@@ -250,8 +249,7 @@ void loadCheckpoint(const std::string& path, torch::nn::Module& model, torch::op
     opt.load(opt_ar);
     for (size_t i = 0; i < parts.size(); ++i) parts[i]->load(states[i]);
   } catch (const c10::Error& e) {
-    std::string why = e.what_without_backtrace();
-    why = why.substr(0, why.find('\n'));
+    const std::string why = firstLine(e.what_without_backtrace());
     // optimizer.decay matrices (the default for gpt and llama since it came) makes two groups;
     // checkpoints written before it, or with decay all, have one.
     if (why.find("different number of parameter groups") != std::string::npos)

@@ -10,7 +10,6 @@
 #include <map>
 
 #include "ltrain/common/tensor_storage.h"
-#include "ltrain/distributed/gradients.h"
 #include "ltrain/distributed/optimizer_state.h"
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/distributed/sharded_parameters.h"

@@ -6,7 +6,8 @@
 // ZeRO-1/2 all-gather them at once (zero_plan.cpp), ZeRO-3 keeps only the slices and gathers each
 // unit around its forward and backward (zero3_plan.cpp).
 #pragma once
-#include <torch/torch.h>
+#include <torch/optim/optimizer.h>
+#include <torch/types.h>
 
 #include <functional>
 #include <memory>

@@ -65,10 +65,7 @@ struct ClassifierImpl : torch::nn::Cloneable<ClassifierImpl> {
   }
   // Layers [begin, end) on x, as the runner applied from outside runs them (a pipeline's stage).
   torch::Tensor runLayers(torch::Tensor x, size_t begin, size_t end) {
-    if (runner) return runner->run(layers, x, begin, end, is_training());
-    for (size_t i = begin; i < end; ++i)
-      x = layers->begin()[static_cast<std::ptrdiff_t>(i)].forward(x);
-    return x;
+    return (runner ? *runner : LayerRunner{}).run(layers, x, begin, end, is_training());
   }
   // Converts 4-d weights to channels-last (NHWC) and makes forward() feed images that way:
   // oneDNN (CPU) and cuDNN (GPU) convolutions run faster on that layout. Values are unchanged.

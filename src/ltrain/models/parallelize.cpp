@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <set>
 #include <stdexcept>
 
 #include "ltrain/common/errors.h"
@@ -113,7 +114,7 @@ void parallelize(Classifier& model, const std::vector<TpRule>& plan,
                  const std::shared_ptr<TensorParallelism>& tp) {
   torch::NoGradGuard no_grad;
   std::vector<size_t> used(plan.size(), 0);
-  std::vector<std::string> partial;  // parameters whose gradient each rank makes in part
+  std::set<std::string> partial;  // parameters whose gradient each rank makes in part
   for (size_t i = 0; i < model->layers->size(); ++i) {
     const std::string prefix = model->layerPrefix(i);
     for (const auto& item : model->layers->ptr(i)->named_modules()) {
@@ -130,7 +131,7 @@ void parallelize(Classifier& model, const std::vector<TpRule>& plan,
         for (const auto& [name, dim] : splitDims(rule, m, path))
           if (own.count(name)) own[name].dim = dim, own[name].parts = rule.parts;
         if (rule.style == TpStyle::kPartialGradient)
-          for (const auto& [name, s] : own) partial.push_back(path + "." + name);
+          for (const auto& [name, s] : own) partial.insert(path + "." + name);
         else if (auto* target = dynamic_cast<Parallelizable*>(&m))
           target->style = rule.style, target->tp = tp;
       }
@@ -150,9 +151,7 @@ void parallelize(Classifier& model, const std::vector<TpRule>& plan,
   for (size_t r = 0; r < plan.size(); ++r)
     if (!used[r]) throw std::logic_error("tensor parallel plan: no module '" + plan[r].path + "'");
   for (auto& p : model->named_parameters())
-    if (tp->split(p.key()).dim < 0 &&
-        (tp->sequence_parallel ||
-         std::find(partial.begin(), partial.end(), p.key()) != partial.end()))
+    if (tp->split(p.key()).dim < 0 && (tp->sequence_parallel || partial.count(p.key())))
       sumGradientOverGroup(p.value(), tp);
 }
 

@@ -1,6 +1,5 @@
 #include "ltrain/models/tensor_parallel.h"
 
-#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <stdexcept>

@@ -1,10 +1,8 @@
 #include "ltrain/train/evaluate.h"
 
-#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <numeric>
 
 #include "ltrain/common/errors.h"
