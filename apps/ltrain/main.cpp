@@ -49,7 +49,7 @@ struct Args {
   bool multirun = false;  // train -m: the overrides' lists and ranges make a sweep
   int64_t parallel = 1;
   std::string sweep_file, runs_dir;
-  std::string run_dir, tokenizer, hf_dir, prompt;  // generate, export
+  std::string run_dir, tokenizer, hf_dir, peft_dir, prompt;  // generate, export
   ltrain::models::SamplingOptions sampling;
   ltrain::launch::LaunchOptions launch;
   ltrain::inference::PredictRequest predict;
@@ -355,11 +355,16 @@ int main(int argc, char** argv) {
                        "vocabulary.json or tokenizer.json (default: the run directory's)");
 
   auto* export_cmd = app.add_subcommand(
-      "export", "Write trained weights as a Hugging Face model directory (transformers loads it)");
+      "export",
+      "Write trained weights as a Hugging Face model directory (transformers loads it), or a "
+      "LoRA run's adapters as a PEFT adapter directory");
   addTrainedModelOptions(export_cmd, a);
-  export_cmd
-      ->add_option("--hf", a.hf_dir, "The directory to write (config.json, model.safetensors)")
-      ->required();
+  export_cmd->add_option("--hf", a.hf_dir,
+                         "The directory to write (config.json, model.safetensors); a LoRA run's "
+                         "adapters merged into the weights");
+  export_cmd->add_option("--peft", a.peft_dir,
+                         "LoRA runs: the PEFT adapter directory to write (adapter_config.json, "
+                         "adapter_model.safetensors), for peft.PeftModel.from_pretrained");
   export_cmd->add_option("--tokenizer", a.tokenizer,
                          "tokenizer.json to copy beside the weights (default: the run's)");
 
@@ -417,7 +422,7 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (app.got_subcommand(export_cmd)) {
-      ltrain::inference::runExport(inferenceRequest(a), a.hf_dir);
+      ltrain::inference::runExport(inferenceRequest(a), a.hf_dir, a.peft_dir);
       return 0;
     }
     return cmdConfig(a);

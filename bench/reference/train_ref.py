@@ -111,8 +111,33 @@ class TokenSplit:
         return b[:, :-1].contiguous(), b[:, 1:].contiguous()
 
 
+class ChatSplit:
+    """scripts/prepare_chat.py's examples, each one block: labels as Hugging Face makes them (the
+    tokens, -100 where the mask does not learn them), shifted by one as its causal-LM loss does."""
+
+    def __init__(self, path, block_size):
+        from safetensors.torch import load_file
+        f = load_file(path)
+        self.tokens, self.mask, self.offsets, self.t = f["tokens"].long(), f["mask"].bool(), f["offsets"], block_size
+        self.targets = range(len(self.offsets) - 1)
+
+    def batch(self, idx):
+        xs, ys = [], []
+        for i in idx:
+            a, b = self.offsets[i].item(), self.offsets[i + 1].item()
+            ids = self.tokens[a:b][:self.t + 1]
+            labels = torch.where(self.mask[a:b][:self.t + 1], ids, torch.tensor(-100))
+            pad = self.t + 1 - len(ids)
+            xs.append(F.pad(ids, (0, pad), value=0)[:self.t])
+            ys.append(F.pad(labels, (0, pad), value=-100)[1:])
+        return torch.stack(xs), torch.stack(ys)
+
+
 def load_data(cfg, seed):
     d = cfg["data"]
+    if d["dataset"] == "chat":
+        return tuple(ChatSplit(os.path.join(d["path"], f), cfg["model"]["block_size"])
+                     for f in ("train.safetensors", "val.safetensors"))
     if d["dataset"] == "tokens":
         import glob
         files = [sorted(glob.glob(os.path.join(d["path"], p))) for p in (d["train_files"], d["val_files"])]
@@ -260,17 +285,18 @@ def evaluate(model, split, batch_size, rank, world, device):
     model.eval()
     n = len(split.targets)
     begin, end = n * rank // world, n * (rank + 1) // world
-    sums = torch.zeros(2, dtype=torch.float64)
+    sums = torch.zeros(3, dtype=torch.float64)
     with torch.no_grad():
         for s in range(begin, end, batch_size):
             x, y = split.batch(list(range(s, min(s + batch_size, end))))
             out = model(x.to(device)).float()
             sums[0] += loss_of(out, y.to(device), reduction="sum").item()
             sums[1] += (out.argmax(-1) == y.to(device)).sum().item()
+            sums[2] += (y >= 0).sum().item()  # examples, tokens, or the tokens a mask learns
     if world > 1:
         dist.all_reduce(sums)
     model.train()
-    n *= split.t if isinstance(split, TokenSplit) else 1  # per token for language models
+    n = max(sums[2].item(), 1.0)
     return sums[0].item() / n, sums[1].item() / n
 
 
@@ -279,6 +305,23 @@ def loss_of(out, y, reduction="mean"):
     if out.dim() == 3:
         return F.cross_entropy(out.flatten(0, 1), y.flatten(), reduction=reduction)
     return F.cross_entropy(out, y, reduction=reduction)
+
+
+def lora(cfg, model):
+    """finetune.method lora: PEFT's LoRA injected into `model` (which then runs with the adapters,
+    only they trainable); returns a function giving the adapters' state as PEFT saves it."""
+    f, c = cfg.get("finetune", {}), cfg.get("lora", {})
+    if f.get("method") != "lora":
+        return None
+    import peft
+    if f["adapter_from"]:
+        wrapped = peft.PeftModel.from_pretrained(model, f["adapter_from"], is_trainable=True)
+    else:
+        targets = c["target_modules"]
+        wrapped = peft.get_peft_model(model, peft.LoraConfig(
+            r=c["rank"], lora_alpha=c["alpha"], lora_dropout=c["dropout"],
+            target_modules=targets if targets == "all-linear" else targets.split(",")))
+    return lambda: peft.get_peft_model_state_dict(wrapped)
 
 
 def main():
@@ -306,7 +349,7 @@ def main():
     train, test = load_data(cfg, cfg["seed"])
     torch.manual_seed(cfg["seed"])
     classes = 10 if cfg["data"]["dataset"] != "synthetic" else cfg["data"]["synthetic_classes"]
-    if cfg["data"]["dataset"] == "tokens":
+    if cfg["data"]["dataset"] in ("tokens", "chat"):
         classes = cfg["model"]["vocab_size"]
     if cfg["model"]["name"] == "llama":
         from llama_ref import llama_model
@@ -331,6 +374,8 @@ def main():
         return
     if args.init:
         (model.load_weights if hasattr(model, "load_weights") else model.load_state_dict)(load_file(args.init))
+    adapters = lora(cfg, model)
+    print(f"trainable {sum(p.numel() for p in model.parameters() if p.requires_grad)}", file=sys.stderr)
     model.to(device)
     if world > 1:
         dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
@@ -365,14 +410,16 @@ def main():
                                  seed=cfg["seed"], drop_last=False)
     n = len(sampler)
     batches = n // d["batch_size"] if d["drop_last"] else -(-n // d["batch_size"])
-    total = t["epochs"] * -(-batches // t["grad_accum"])
-    if t["max_steps"] > 0:
-        total = min(total, t["max_steps"])
+    # train.max_steps, when set, is the run's length, the epochs repeating as needed (as ltrain,
+    # Hugging Face's Trainer and torchtitan count it); else train.epochs.
+    per_epoch = -(-batches // t["grad_accum"])
+    epochs = -(-t["max_steps"] // per_epoch) if t["max_steps"] > 0 else t["epochs"]
+    total = t["max_steps"] if t["max_steps"] > 0 else epochs * per_epoch
     os.makedirs(args.out, exist_ok=True)
     metrics = open(os.path.join(args.out, "metrics.jsonl"), "w") if rank == 0 else None
     step, window, window_n, samples, t_train = 0, 0.0, 0, 0, 0.0
     first_step_wall_time, w_start, w_samples, w_wait = 0.0, time.time(), 0, 0.0
-    for epoch in range(t["epochs"]):
+    for epoch in range(epochs):
         if step >= total:
             break
         sampler.set_epoch(epoch)
@@ -434,7 +481,10 @@ def main():
     if args.fsdp and world > 1:  # each rank's own shard of the test set would break lockstep
         test_loss, test_acc = float("nan"), float("nan")
     else:
-        test_loss, test_acc = evaluate(model, test, d["eval_batch_size"], rank, world, device)
+        # The module itself: DDP's forward broadcasts buffers, a collective that a rank with no
+        # test examples (a tiny validation split) would never join.
+        net = model.module if isinstance(model, nn.parallel.DistributedDataParallel) else model
+        test_loss, test_acc = evaluate(net, test, d["eval_batch_size"], rank, world, device)
     if args.fsdp and world > 1:  # gathered on every rank (a collective), written by rank 0
         fsdp_weights = {k: v.full_tensor() if hasattr(v, "full_tensor") else v
                         for k, v in model.state_dict().items()}
@@ -445,6 +495,8 @@ def main():
     if rank == 0:
         net = model.module if world > 1 and not args.fsdp else model
         net_weights = net.weights() if hasattr(net, "weights") else net.state_dict()
+        if adapters:  # the adapters alone, under the names PEFT saves them by
+            net_weights = adapters()
         if args.fsdp and world > 1:
             net_weights = fsdp_weights
         save_file({k: v.detach().cpu().contiguous() for k, v in net_weights.items()},
@@ -453,6 +505,10 @@ def main():
             json.dump({"status": "completed", "steps": step, "wall_s": time.time() - start,
                        "samples_per_s": samples / t_train if t_train else 0, "world_size": world,
                        "first_step_wall_time": first_step_wall_time, "peak_rss_mb": rss.max().item(),
+                       "optimizer_state_mb": sum(t.numel() * t.element_size() for st in opt.state.values()
+                                                 for t in st.values() if torch.is_tensor(t) and t.dim() > 0) / 2**20,
+                       "gradient_mb": sum(p.grad.numel() * p.grad.element_size() for p in model.parameters()
+                                          if p.grad is not None) / 2**20,
                        "test_loss": test_loss, "test_accuracy": test_acc}, f)
     if world > 1:
         dist.barrier()  # every rank's output is written

@@ -6,6 +6,15 @@ locally (no downloads), runs them, and trains and applies tokenizers with the `t
   hf_tools.py make-qwen3 DIR --vocab V [--tied] [--seed S]    (head_dim 16, wider than 32 / 4)
   hf_tools.py make-mistral DIR --vocab V [--tied] [--seed S] [--window W]
   hf_tools.py logits DIR IDS.safetensors OUT.safetensors     (transformers' logits for ids)
+  hf_tools.py make-adapter BASE OUT [--targets q_proj,v_proj] [--rank R] [--alpha A] [--seed S]
+                                                              (a PEFT LoRA adapter; B not zero)
+  hf_tools.py peft-logits BASE ADAPTER IDS.safetensors OUT.safetensors
+                                                              (PEFT's logits: the adapter on BASE)
+  hf_tools.py add-chat-tokenizer DIR VOCAB TEXT...             (a byte-level BPE with a chat
+                                                               template, saved into model DIR)
+  hf_tools.py chat-masks DIR JSONL OUT.safetensors             (transformers' assistant masks)
+  hf_tools.py make-chats OUT.jsonl TEXTFILE N                  (N examples of fortunes, in all
+                                                               three shapes, multi-turn ones too)
   hf_tools.py generate DIR TOKENIZER PROMPT N                 (greedy; prints prompt + text)
   hf_tools.py make-tokenizer OUT {gpt2,llama3} VOCAB FILE...  (a byte-level BPE tokenizer.json)
   hf_tools.py encode TOKENIZER TEXTFILE                       (one line of ids per text line)
@@ -109,6 +118,75 @@ def logits(d, ids_file, out):
         save_file({"logits": load(d)(input_ids=ids).logits.contiguous()}, out)
 
 
+def make_adapter(base, out, args):
+    from peft import LoraConfig, get_peft_model
+    torch.manual_seed(value(args, "--seed", 0))
+    cfg = LoraConfig(r=value(args, "--rank", 4), lora_alpha=value(args, "--alpha", 8), lora_dropout=0.0,
+                     target_modules=value(args, "--targets", "q_proj,v_proj").split(","),
+                     task_type="CAUSAL_LM",
+                     init_lora_weights=False)  # B drawn too, not zero: an adapter not loaded shows
+    get_peft_model(load(base), cfg).save_pretrained(out)
+
+
+def peft_logits(base, adapter, ids_file, out):
+    from peft import PeftModel
+    model = PeftModel.from_pretrained(load(base), adapter)
+    model.eval()
+    ids = load_file(ids_file)["ids"]
+    with torch.no_grad():
+        save_file({"logits": model(input_ids=ids).logits.contiguous()}, out)
+
+
+# Assistant turns inside {% generation %}: transformers' return_assistant_tokens_mask then marks
+# them, an oracle for scripts/prepare_chat.py's masks, which it computes from the plain rendering.
+CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}{% if m['role'] == 'assistant' %}<|start|>assistant\n"
+                 "{% generation %}{{ m['content'] }}<|end|>\n{% endgeneration %}{% else %}<|start|>"
+                 "{{ m['role'] }}\n{{ m['content'] }}<|end|>\n{% endif %}{% endfor %}"
+                 "{% if add_generation_prompt %}<|start|>assistant\n{% endif %}")
+
+
+def add_chat_tokenizer(d, vocab, files):
+    from transformers import PreTrainedTokenizerFast
+    out = os.path.join(d, "tokenizer.json")
+    make_tokenizer(out, "llama3", vocab, files)
+    tok = PreTrainedTokenizerFast(tokenizer_file=out, bos_token="<|begin_of_text|>",
+                                  eos_token="<|end_of_text|>", additional_special_tokens=["<|start|>", "<|end|>"])
+    tok.chat_template = CHAT_TEMPLATE
+    tok.save_pretrained(d)
+
+
+def make_chats(out, textfile, n):
+    with open(textfile, encoding="utf-8", errors="replace") as f:
+        docs = [d.strip() for d in f.read().split("\n%\n") if d.strip()]
+    with open(out, "w", encoding="utf-8") as f:
+        for i in range(int(n)):
+            a, b, c = (docs[(3 * i + k) % len(docs)][:80] for k in range(3))
+            if i % 3 == 0:
+                rec = {"messages": [{"role": "system", "content": "Answer with a fortune."},
+                                    {"role": "user", "content": a}, {"role": "assistant", "content": b},
+                                    {"role": "user", "content": "Another?"}, {"role": "assistant", "content": c}]}
+            elif i % 3 == 1:
+                rec = {"prompt": a, "completion": b}
+            else:
+                rec = {"instruction": "Continue.", "input": a, "output": b}
+            f.write(json.dumps(rec) + "\n")
+
+
+def chat_masks(d, jsonl, out):
+    from transformers import AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(d)
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
+    from prepare_chat import messages_of
+    ids, masks = [], []
+    with open(jsonl, encoding="utf-8") as f:
+        for n, line in enumerate(f, 1):
+            enc = tok.apply_chat_template(messages_of(json.loads(line), n), tokenize=True, return_dict=True,
+                                          return_assistant_tokens_mask=True)
+            ids += enc["input_ids"]
+            masks += enc["assistant_masks"]
+    save_file({"tokens": torch.tensor(ids, dtype=torch.int32), "mask": torch.tensor(masks, dtype=torch.uint8)}, out)
+
+
 def generate(d, tokenizer, prompt, n):
     from tokenizers import Tokenizer
     tok = Tokenizer.from_file(tokenizer)
@@ -179,6 +257,16 @@ def main():
         make_mistral(args[0], args[1:])
     elif cmd == "logits":
         logits(*args)
+    elif cmd == "make-adapter":
+        make_adapter(args[0], args[1], args[2:])
+    elif cmd == "peft-logits":
+        peft_logits(*args)
+    elif cmd == "add-chat-tokenizer":
+        add_chat_tokenizer(args[0], args[1], args[2:])
+    elif cmd == "make-chats":
+        make_chats(*args)
+    elif cmd == "chat-masks":
+        chat_masks(*args)
     elif cmd == "generate":
         generate(*args)
     elif cmd == "make-tokenizer":

@@ -141,6 +141,21 @@ struct DistConfig {
   bool sequence_parallel;
 };
 
+// Fine-tuning an existing model (finetune.method): the whole of it, or LoRA adapters on a frozen
+// base (models/lora.h).
+struct FinetuneConfig {
+  std::string method;        // full | lora
+  std::string adapter_from;  // a PEFT adapter directory (adapter_config.json) to start from
+};
+
+// finetune.method lora, as PEFT's LoraConfig names them.
+struct LoraConfig {
+  int64_t rank;                // r
+  double alpha;                // lora_alpha: the update is scaled by alpha / rank
+  double dropout;              // lora_dropout, on the adapter's input
+  std::string target_modules;  // module names, comma-separated, or all-linear
+};
+
 struct ExperimentConfig {
   std::string name;
   int64_t seed;
@@ -151,6 +166,8 @@ struct ExperimentConfig {
   SchedulerConfig scheduler;
   TrainConfig train;
   DistConfig dist;
+  FinetuneConfig finetune;
+  LoraConfig lora;
 };
 
 }  // namespace ltrain::config

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/config/adapter_config.h"
 #include "ltrain/config/hf_config.h"
 #include "ltrain/config/model_families.h"
 #include "ltrain/config/schema.h"
@@ -275,6 +276,7 @@ LoadedConfig loadConfigText(const std::string& text, const std::string& origin,
   for (const auto& o : overrides) b.applyOverride(o);
   b.out.explicitly_set = b.explicitly_set;
   mergeHfConfig(b.out, b.out.explicitly_set);
+  mergeAdapterConfig(b.out, b.out.explicitly_set);
   derivedDefaults(b.out);
   checkOptions(b.out, b.out.explicitly_set);
   validate(b.out);

@@ -71,11 +71,13 @@ std::vector<Option> buildSchema() {
       LT_OPT(data.dataset,
              "Dataset: IDX images (fashion_mnist, mnist), CIFAR binary files (cifar10, cifar100), "
              "a table (csv: train.csv and test.csv), a text file for language modelling (text), "
-             "pre-tokenised shards (tokens: nanoGPT's .bin or llm.c's, memory-mapped), image "
+             "pre-tokenised shards (tokens: nanoGPT's .bin or llm.c's, memory-mapped), "
+             "instruction and chat examples with a loss mask (chat: scripts/prepare_chat.py's "
+             "train.safetensors and val.safetensors), image "
              "files (image_folder: class folders of JPEG/PNG as torchvision's ImageFolder; "
              "image_list: CSV manifests of path,label), or synthetic",
              S("fashion_mnist"))
-          .oneOf({"fashion_mnist", "mnist", "cifar10", "cifar100", "csv", "text", "tokens",
+          .oneOf({"fashion_mnist", "mnist", "cifar10", "cifar100", "csv", "text", "tokens", "chat",
                   "image_folder", "image_list", "synthetic"}),
       LT_OPT(data.label_column, "csv: the column that holds the class", S("label")),
       LT_OPT(data.tokenizer,
@@ -359,6 +361,29 @@ std::vector<Option> buildSchema() {
              "the stop vote) go through one shared-memory segment instead of Gloo's loopback "
              "TCP; false: all through Gloo. Where the ranks cannot share /dev/shm, Gloo anyway",
              true),
+
+      LT_OPT(finetune.method,
+             "How a model (model.init_from) is tuned: full (every parameter) or lora (low-rank "
+             "adapters on the frozen linears of lora.target_modules, as PEFT's LoRA; only they "
+             "train, are reduced and have optimizer state)",
+             S("full"))
+          .oneOf({"full", "lora"}),
+      LT_OPT(finetune.adapter_from,
+             "A PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors) to "
+             "start from: its r, lora_alpha, lora_dropout and target_modules fill the lora keys",
+             S("")),
+      LT_OPT(lora.rank, "finetune.method lora: the adapters' rank (PEFT's r)", int64_t{8})
+          .atLeast(1),
+      LT_OPT(lora.alpha, "finetune.method lora: the update is scaled by alpha / rank", 16.0)
+          .positive(),
+      LT_OPT(lora.dropout, "finetune.method lora: dropout on the adapters' input", 0.0)
+          .atLeast(0)
+          .atMost(1),
+      LT_OPT(lora.target_modules,
+             "finetune.method lora: the linears that get adapters, by module name as PEFT's "
+             "target_modules (q_proj,v_proj matches every module named or ending in .q_proj or "
+             ".v_proj), or all-linear: every linear but the output head",
+             S("all-linear")),
   };
 }
 #undef LT_OPT

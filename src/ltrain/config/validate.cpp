@@ -15,7 +15,7 @@
 namespace ltrain::config {
 
 DataKind dataKind(const std::string& dataset) {
-  if (dataset == "text" || dataset == "tokens") return DataKind::kTokens;
+  if (dataset == "text" || dataset == "tokens" || dataset == "chat") return DataKind::kTokens;
   if (dataset == "csv") return DataKind::kFeatures;
   // Every other dataset the schema knows holds images; a name it does not know is no image set.
   const auto& known = findOption("data.dataset")->choices;
@@ -232,6 +232,8 @@ void tensorParallel(const LoadedConfig& lc) {
                                   "and"),
                    c.model.name));
   spec->validate_tensor_parallel(lc, n);
+  if (c.data.dataset == "chat")  // its vocabulary-parallel loss counts every target
+    no("data.dataset", "does not combine with data.dataset chat (masked targets) yet");
   if (c.dist.zero == 1 || c.dist.zero == 2)
     no("dist.zero", fmt::format("does not combine with dist.zero {}: across the groups it runs "
                                 "DDP (dist.zero 0) or ZeRO-3 (dist.zero 3)",
@@ -247,6 +249,37 @@ void tensorParallel(const LoadedConfig& lc) {
                    c.model.dropout));
 }
 
+// finetune.method lora adds adapters to the models::Linear modules the transformer families are
+// built of (the same modules tensor parallelism takes over), on a whole model in each process.
+void finetune(const LoadedConfig& lc) {
+  const ExperimentConfig& c = lc.cfg;
+  if (!c.finetune.adapter_from.empty() && c.finetune.method != "lora")
+    refuse(lc, setOne(lc, "finetune.method", "finetune.adapter_from"),
+           fmt::format("finetune.adapter_from is a LoRA adapter, but finetune.method is {}; set "
+                       "finetune.method: lora",
+                       c.finetune.method));
+  if (c.finetune.method != "lora") return;
+  auto no = [&](const std::string& key, const std::string& why) {
+    refuse(lc, setOne(lc, key, "finetune.method"), "finetune.method lora " + why);
+  };
+  if (!modelFamily(c.model.name).tensor_parallel)
+    no("model.name",
+       fmt::format("adapts the linears of {}, not model.name {}",
+                   models::listed(models::familiesWhere(
+                       [](const models::ModelSpec& s) { return s.traits.tensor_parallel; })),
+                   c.model.name));
+  if (c.dist.tensor_parallel > 1)
+    no("dist.tensor_parallel", "does not combine with dist.tensor_parallel yet");
+  if (c.dist.zero >= 1)
+    no("dist.zero", fmt::format("does not combine with dist.zero {} yet: the adapters are small, "
+                                "train them under DDP (dist.zero 0)",
+                                c.dist.zero));
+  if (c.dist.strategy == Strategy::kDp)
+    no("dist.strategy", "needs one process per device (dist.strategy ddp), not dp");
+  if (c.model.placement == Placement::kPipeline)
+    no("model.placement", "does not combine with model.placement pipeline yet");
+}
+
 }  // namespace
 
 void validate(const LoadedConfig& lc) {
@@ -255,6 +288,7 @@ void validate(const LoadedConfig& lc) {
   distributedOptions(lc);
   tensorParallel(lc);
   activationCheckpointing(lc);
+  finetune(lc);
 }
 
 int64_t activationCheckpointEvery(const TrainConfig& t) {

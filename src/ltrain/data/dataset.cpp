@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/data/chat_examples.h"
 #include "ltrain/data/cifar.h"
 #include "ltrain/data/csv_table.h"
 #include "ltrain/data/idx.h"
@@ -85,6 +86,7 @@ Splits loadDataset(const config::DataConfig& cfg, uint64_t seed, int64_t block_s
   if (cfg.dataset == "text")
     return loadText(cfg.path, cfg.tokenizer, cfg.val_fraction, block_size, vocab_size);
   if (cfg.dataset == "tokens") return loadTokens(cfg, block_size, vocab_size);
+  if (cfg.dataset == "chat") return loadChat(cfg, block_size, vocab_size);
   if (cfg.dataset == "image_folder" || cfg.dataset == "image_list") return loadImages(cfg, seed);
   if (cfg.dataset == "synthetic") {
     // Train and test share the prototypes (same seed) but draw different examples.

@@ -21,6 +21,7 @@
 #include "ltrain/io/json.h"
 #include "ltrain/io/safetensors.h"
 #include "ltrain/models/hf_checkpoint.h"
+#include "ltrain/models/lora.h"
 #include "ltrain/models/spec.h"
 
 namespace fs = std::filesystem;
@@ -60,7 +61,7 @@ std::string findTokenizer(const InferenceRequest& req, const config::ExperimentC
     candidates = {fs::path(run_dir) / "vocabulary.json", fs::path(run_dir) / "tokenizer.json"};
   if (config::isHfModelDir(cfg.model.init_from))
     candidates.push_back(fs::path(cfg.model.init_from) / "tokenizer.json");
-  if (cfg.data.dataset == "tokens")
+  if (cfg.data.dataset == "tokens" || cfg.data.dataset == "chat")
     candidates.push_back(fs::path(cfg.data.path) / "tokenizer.json");
   for (const auto& c : candidates)
     if (fs::is_regular_file(c, ec)) return c.string();
@@ -171,9 +172,19 @@ LoadedModel loadTrainedModel(const InferenceRequest& req, bool need_codec, bool 
   config::ModelConfig m = cfg.model;
   m.placement = config::Placement::kSingle;  // one device: decoding is sequential anyway
   // (a file, or dist.zero 3's step-N.shards directory: checked above)
-  streamed = streamed && !lm.weights.empty() &&
+  // (LoRA: the adapters are added to a whole model; a tuned base is small enough to hold.)
+  const bool lora = cfg.finetune.method == "lora";
+  streamed = streamed && !lora && !lm.weights.empty() &&
              (isSafetensors(lm.weights) || checkpoint::isShardedCheckpoint(lm.weights));
   lm.model = models::build(m, {cfg.model.block_size}, lm.vocab, /*tokens=*/true, streamed);
+  if (lora && lm.weights.empty()) {  // the base and the adapter it starts from
+    models::loadInitialWeights(lm.model, cfg.model);
+    models::applyLora(lm.model, cfg.lora);
+    if (!cfg.finetune.adapter_from.empty())
+      models::loadAdapter(lm.model, cfg.model, cfg.finetune.adapter_from);
+    return lm;
+  }
+  if (lora) models::applyLora(lm.model, cfg.lora);  // the weights hold the adapters too
   if (streamed)
     lm.values = streamedValues(lm.weights, lm.model);
   else if (lm.weights.empty())
@@ -214,13 +225,23 @@ void runGenerate(const InferenceRequest& req, const std::string& prompt,
              cfg.model.name, devices.main.str());
 }
 
-void runExport(const InferenceRequest& req, const std::string& hf_dir) {
-  if (hf_dir.empty()) throw UsageError("export: expected --hf DIR");
+void runExport(const InferenceRequest& req, const std::string& hf_dir,
+               const std::string& peft_dir) {
+  if (hf_dir.empty() && peft_dir.empty())
+    throw UsageError("export: expected --hf DIR or --peft DIR");
   // One tensor of the weights in memory at a time: a model too large for this host exports.
   MemoryPhase memory("export");
   auto lm = loadTrainedModel(req, /*need_codec=*/false, /*streamed=*/true);
   const auto& cfg = lm.lc.cfg;
-  int64_t max_positions = 0;  // an imported Llama keeps its max_position_embeddings
+  if (!peft_dir.empty()) {
+    models::exportPeft(lm.model, cfg, peft_dir);
+    fmt::print("exported the LoRA adapters of {} (rank {}, {}) from {} to {}\n", cfg.model.name,
+               cfg.lora.rank, cfg.lora.target_modules,
+               lm.weights.empty() ? cfg.finetune.adapter_from : lm.weights, peft_dir);
+    if (hf_dir.empty()) return;
+  }
+  models::mergeLora(lm.model);  // export --hf of a LoRA run: the tuned weights, merged
+  int64_t max_positions = 0;    // an imported Llama keeps its max_position_embeddings
   if (config::isHfModelDir(cfg.model.init_from)) {
     const auto j = io::readJsonFile(cfg.model.init_from + "/config.json");
     max_positions = j.value("max_position_embeddings", int64_t{0});

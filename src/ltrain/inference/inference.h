@@ -50,7 +50,8 @@ RunFiles resolveRun(const InferenceRequest& req);
 // ltrain generate: prints the prompt and what follows it on stdout, tokens/s on stderr.
 void runGenerate(const InferenceRequest& req, const std::string& prompt,
                  const models::SamplingOptions& options);
-// ltrain export --hf DIR.
-void runExport(const InferenceRequest& req, const std::string& hf_dir);
+// ltrain export --hf DIR and/or --peft DIR (a LoRA run's adapters; --hf then merges them).
+void runExport(const InferenceRequest& req, const std::string& hf_dir,
+               const std::string& peft_dir = "");
 
 }  // namespace ltrain::inference

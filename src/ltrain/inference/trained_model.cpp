@@ -8,6 +8,7 @@
 #include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/io/safetensors.h"
+#include "ltrain/models/lora.h"
 
 namespace ltrain::inference {
 
@@ -30,6 +31,7 @@ TrainedClassifier loadTrainedClassifier(const config::LoadedConfig& lc,
   torch::manual_seed(static_cast<uint64_t>(cfg.seed));
   t.model = models::build(cfg.model, t.splits.train.exampleShape(), t.splits.train.num_classes,
                           t.splits.train.tokens);
+  if (cfg.finetune.method == "lora") models::applyLora(t.model, cfg.lora);  // saved with them
   const bool safetensors =
       weights.size() > 12 && weights.substr(weights.size() - 12) == ".safetensors";
   if (safetensors)

@@ -8,8 +8,12 @@
 
 #include "ltrain/config/experiment_config.h"
 #include "ltrain/models/model.h"
+#include "ltrain/models/spec.h"
 
 namespace ltrain::models {
+
+// ltrain's parameter `name` as transformers names it.
+HfName hfName(const config::ModelConfig& cfg, const std::string& name);
 
 // model.init_from: a Hugging Face directory, or a .safetensors file of the model's own names.
 // UsageError naming the file and the first tensor that is missing, extra or of another shape.

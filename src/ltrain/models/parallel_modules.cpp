@@ -21,10 +21,33 @@ void LinearImpl::reset() {
 }
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
+  TORCH_CHECK(!(tp && lora_A), "LoRA adapters on a tensor-parallel linear");  // validate refuses
+  if (lora_A) return F::linear(x, weight, bias) + lora_B(lora_A(lora_dropout(x))) * lora_scaling;
   if (!tp) return F::linear(x, weight, bias);
   auto y = style == TpStyle::kRowwise ? leaveTensorParallel(F::linear(x, weight), *tp)
                                       : columnParallel(x, {weight}, *tp)[0];
   return bias.defined() ? y + bias : y;
+}
+
+void LinearImpl::addLora(int64_t rank, double alpha, double dropout) {
+  const int64_t in = weight.size(1), out = weight.size(0);
+  lora_dropout = register_module("lora_dropout", torch::nn::Dropout(dropout));
+  lora_A =
+      register_module("lora_A", torch::nn::Linear(torch::nn::LinearOptions(in, rank).bias(false)));
+  lora_B =
+      register_module("lora_B", torch::nn::Linear(torch::nn::LinearOptions(rank, out).bias(false)));
+  torch::NoGradGuard no_grad;
+  lora_A->weight.set_data(lora_A->weight.to(weight.options()));
+  lora_B->weight.set_data(torch::zeros({out, rank}, weight.options()));
+  lora_scaling = alpha / static_cast<double>(rank);
+}
+
+void LinearImpl::mergeLora() {
+  if (!lora_A) return;
+  torch::NoGradGuard no_grad;
+  weight.add_(torch::matmul(lora_B->weight, lora_A->weight).to(weight.dtype()), lora_scaling);
+  for (const char* name : {"lora_A", "lora_B", "lora_dropout"}) unregister_module(name);
+  lora_A = nullptr, lora_B = nullptr, lora_dropout = nullptr;
 }
 
 EmbeddingImpl::EmbeddingImpl(torch::Tensor w) {

@@ -5,6 +5,8 @@
 // parallelism; a module whose heads are split infers how many it holds from its inputs' widths.
 #pragma once
 #include <torch/nn/cloneable.h>
+#include <torch/nn/modules/dropout.h>
+#include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
 #include <memory>
@@ -24,12 +26,21 @@ struct Parallelizable {
   std::shared_ptr<TensorParallelism> tp;
 };
 
-// y = x W^T + b (torch::nn::Linear's, with its initialisation).
+// y = x W^T + b (torch::nn::Linear's, with its initialisation). finetune.method lora
+// (models/lora.h) adds a low-rank update from outside: y + lora_B(lora_A(dropout(x))) * scaling,
+// as PEFT's lora.Linear, under the names PEFT saves (q_proj.lora_A.weight).
 struct LinearImpl : torch::nn::Cloneable<LinearImpl>, Parallelizable {
   LinearImpl(int64_t in, int64_t out, bool bias = true);
   void reset() override;  // registers parameters of the current shapes again (clone)
   torch::Tensor forward(const torch::Tensor& x);
+  // A (Kaiming-uniform, as torch's Linear and PEFT draw it) and B (zero): the update starts at 0.
+  void addLora(int64_t rank, double alpha, double dropout);
+  // weight += scaling * B A, and the adapters gone: the plain linear the update trained.
+  void mergeLora();
   torch::Tensor weight, bias;
+  torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};
+  torch::nn::Dropout lora_dropout{nullptr};
+  double lora_scaling = 0;
 };
 TORCH_MODULE(Linear);
 

@@ -11,28 +11,12 @@
 #include "ltrain/common/tensor_storage.h"
 #include "ltrain/models/builder.h"
 #include "ltrain/models/layerwise.h"
+#include "ltrain/models/module_paths.h"
 #include "ltrain/models/parallel_modules.h"
 #include "ltrain/models/tensor_parallel.h"
 
 namespace ltrain::models {
 namespace {
-
-std::vector<std::string> pathElements(const std::string& path) {
-  std::vector<std::string> out;
-  size_t from = 0;
-  for (size_t dot; (dot = path.find('.', from)) != std::string::npos; from = dot + 1)
-    out.push_back(path.substr(from, dot - from));
-  out.push_back(path.substr(from));
-  return out;
-}
-
-bool matches(const std::string& pattern, const std::string& path) {
-  const auto want = pathElements(pattern), have = pathElements(path);
-  if (want.size() != have.size()) return false;
-  for (size_t i = 0; i < want.size(); ++i)
-    if (want[i] != "*" && want[i] != have[i]) return false;
-  return true;
-}
 
 const char* styleName(TpStyle s) {
   switch (s) {
@@ -115,39 +99,33 @@ void parallelize(Classifier& model, const std::vector<TpRule>& plan,
   torch::NoGradGuard no_grad;
   std::vector<size_t> used(plan.size(), 0);
   std::set<std::string> partial;  // parameters whose gradient each rank makes in part
-  for (size_t i = 0; i < model->layers->size(); ++i) {
-    const std::string prefix = model->layerPrefix(i);
-    for (const auto& item : model->layers->ptr(i)->named_modules()) {
-      const std::string path =
-          item.key().empty() ? prefix.substr(0, prefix.size() - 1) : prefix + item.key();
-      auto& m = *item.value();
-      std::map<std::string, TensorSplit> own;
-      for (const auto& p : m.named_parameters(/*recurse=*/false))
-        own[p.key()] = TensorSplit{-1, 1, p.value().sizes().vec()};
-      for (size_t r = 0; r < plan.size(); ++r) {
-        const auto& rule = plan[r];
-        if (!matches(rule.path, path)) continue;
-        ++used[r];
-        for (const auto& [name, dim] : splitDims(rule, m, path))
-          if (own.count(name)) own[name].dim = dim, own[name].parts = rule.parts;
-        if (rule.style == TpStyle::kPartialGradient)
-          for (const auto& [name, s] : own) partial.insert(path + "." + name);
-        else if (auto* target = dynamic_cast<Parallelizable*>(&m))
-          target->style = rule.style, target->tp = tp;
-      }
-      for (auto& p : m.named_parameters(/*recurse=*/false)) {
-        const auto& s = own.at(p.key());
-        tp->splits[path + "." + p.key()] = s;
-        if (s.dim < 0) continue;
-        auto shape = s.whole_shape;
-        if (shape[s.dim] % (s.parts * tp->size) != 0)
-          throw std::logic_error(fmt::format("tensor parallel: '{}.{}' ({}) does not divide by {}",
-                                             path, p.key(), shape[s.dim], s.parts * tp->size));
-        shape[s.dim] /= tp->size;
-        p.value().set_data(storageless(shape, p.value().options()));
-      }
+  forEachModule(model, [&](const std::string& path, torch::nn::Module& m) {
+    std::map<std::string, TensorSplit> own;
+    for (const auto& p : m.named_parameters(/*recurse=*/false))
+      own[p.key()] = TensorSplit{-1, 1, p.value().sizes().vec()};
+    for (size_t r = 0; r < plan.size(); ++r) {
+      const auto& rule = plan[r];
+      if (!pathMatches(rule.path, path)) continue;
+      ++used[r];
+      for (const auto& [name, dim] : splitDims(rule, m, path))
+        if (own.count(name)) own[name].dim = dim, own[name].parts = rule.parts;
+      if (rule.style == TpStyle::kPartialGradient)
+        for (const auto& [name, s] : own) partial.insert(path + "." + name);
+      else if (auto* target = dynamic_cast<Parallelizable*>(&m))
+        target->style = rule.style, target->tp = tp;
     }
-  }
+    for (auto& p : m.named_parameters(/*recurse=*/false)) {
+      const auto& s = own.at(p.key());
+      tp->splits[path + "." + p.key()] = s;
+      if (s.dim < 0) continue;
+      auto shape = s.whole_shape;
+      if (shape[s.dim] % (s.parts * tp->size) != 0)
+        throw std::logic_error(fmt::format("tensor parallel: '{}.{}' ({}) does not divide by {}",
+                                           path, p.key(), shape[s.dim], s.parts * tp->size));
+      shape[s.dim] /= tp->size;
+      p.value().set_data(storageless(shape, p.value().options()));
+    }
+  });
   for (size_t r = 0; r < plan.size(); ++r)
     if (!used[r]) throw std::logic_error("tensor parallel plan: no module '" + plan[r].path + "'");
   for (auto& p : model->named_parameters())

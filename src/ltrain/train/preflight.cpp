@@ -6,8 +6,10 @@
 #include <fstream>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/config/hf_config.h"
 #include "ltrain/config/model_families.h"
 #include "ltrain/config/validate.h"
+#include "ltrain/data/chat_examples.h"
 #include "ltrain/data/dataset.h"
 #include "ltrain/models/layers/layer_graph.h"
 #include "ltrain/models/model.h"
@@ -21,7 +23,7 @@ std::optional<DataShape> describeData(const config::ExperimentConfig& cfg) {
   if (d.dataset == "cifar10") return DataShape{{3, 32, 32}, 10};
   if (d.dataset == "cifar100") return DataShape{{3, 32, 32}, 100};
   // The vocabulary is model.vocab_size, or the data's, known once it is read (0: not known).
-  if (d.dataset == "text" || d.dataset == "tokens")
+  if (d.dataset == "text" || d.dataset == "tokens" || d.dataset == "chat")
     return DataShape{{cfg.model.block_size}, cfg.model.vocab_size, true};
   if (d.dataset == "csv") {
     std::ifstream in(data::resolvedDataPath(d) + "/train.csv");
@@ -51,6 +53,8 @@ std::string layerWhere(const config::LoadedConfig& lc, int line) {
 
 void preflight(const config::LoadedConfig& lc) {
   const auto& cfg = lc.cfg;
+  if (cfg.data.dataset == "chat" && config::isHfModelDir(cfg.model.init_from))
+    data::checkChatMatchesModel(cfg.data.path, cfg.model.init_from);
   const bool pipeline = cfg.model.placement == config::Placement::kPipeline;
   const bool own_model = config::modelFamily(cfg.model.name).users_own;
   if (!pipeline && !own_model) return;

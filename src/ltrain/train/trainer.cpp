@@ -2,6 +2,7 @@
 #include "ltrain/train/trainer_parts.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/sinks/basic_file_sink.h>
 #include <spdlog/spdlog.h>
 #include <torch/torch.h>
@@ -35,6 +36,7 @@
 #include "ltrain/io/safetensors.h"
 #include "ltrain/models/hf_checkpoint.h"
 #include "ltrain/models/layers/layer_graph.h"
+#include "ltrain/models/lora.h"
 #include "ltrain/models/parallelize.h"
 #include "ltrain/models/tensor_parallel.h"
 #include "ltrain/optim/optimizer.h"
@@ -112,6 +114,7 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
     auto into = models::wholeModel(model_);
     models::loadInitialWeights(into, cfg_.model);
   }
+  if (cfg_.finetune.method == "lora") applyLora();
   if (const int64_t every = config::activationCheckpointEvery(cfg_.train); every > 0)
     reporter_.info(
         fmt::format("activation checkpointing: {} recomputed run(s) of up to {} block(s)",
@@ -161,6 +164,19 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   scaler_.to(devices_.main);
   StopSignal::checkpoint("while resuming");
   reporter_.open(resumed ? state_.step : 0, resumed);
+}
+
+// finetune.method lora: adapters on the frozen base just read (init_from), drawn from the run's
+// seed on every rank alike, or read from finetune.adapter_from; resuming overwrites them.
+void Trainer::applyLora() {
+  const auto s = models::applyLora(model_, cfg_.lora);
+  if (!cfg_.finetune.adapter_from.empty())
+    models::loadAdapter(model_, cfg_.model, cfg_.finetune.adapter_from);
+  reporter_.info(fmt::format(
+      "LoRA rank {} (alpha {:g}) on {} linears ({}){}: {} of {} parameters train ({:.2f}%)",
+      cfg_.lora.rank, cfg_.lora.alpha, s.modules, fmt::join(s.names, ", "),
+      cfg_.finetune.adapter_from.empty() ? "" : ", from " + cfg_.finetune.adapter_from, s.trainable,
+      s.total, 100.0 * static_cast<double>(s.trainable) / static_cast<double>(s.total)));
 }
 
 // dist.tensor_parallel's groups are consecutive ranks on one host: the world and each host's ranks

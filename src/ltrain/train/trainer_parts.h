@@ -51,6 +51,7 @@ class Trainer {
   bool resumeAndSpread(const distributed::ParallelPlan::MakeOptimizer& make_optimizer);
   void adoptWorldSize();
   void checkTensorParallelRanks() const;
+  void applyLora();
   void applyThreads();
   void attachRankLog();
   void announce();

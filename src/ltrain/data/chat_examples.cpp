@@ -1,0 +1,167 @@
+#include "ltrain/data/chat_examples.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <filesystem>
+
+#include "ltrain/common/errors.h"
+#include "ltrain/data/codec.h"
+#include "ltrain/io/files.h"
+#include "ltrain/io/json.h"
+#include "ltrain/io/safetensors.h"
+
+namespace ltrain::data {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The examples of one file, whole in memory (an instruction set is small next to a corpus).
+class ChatExamples final : public ExampleSource {
+ public:
+  ChatExamples(torch::Tensor tokens, torch::Tensor mask, torch::Tensor offsets, int64_t block_size)
+      : tokens_(std::move(tokens)),
+        mask_(std::move(mask)),
+        offsets_(std::move(offsets)),
+        block_size_(block_size) {}
+  int64_t size() const override { return offsets_.numel() - 1; }
+  std::vector<int64_t> exampleShape() const override { return {block_size_}; }
+  torch::ScalarType inputType() const override { return torch::kLong; }
+  std::vector<int64_t> targetShape() const override { return {block_size_}; }
+  void shift(int64_t) override {}  // examples are whole: nothing to re-cut
+
+  void gather(const int64_t* indices, int64_t count, torch::Tensor& inputs,
+              torch::Tensor& targets) const override {
+    const auto* tok = tokens_.data_ptr<int32_t>();
+    const auto* mask = mask_.data_ptr<uint8_t>();
+    const auto* off = offsets_.data_ptr<int64_t>();
+    auto* in = inputs.data_ptr<int64_t>();
+    auto* out = targets.data_ptr<int64_t>();
+    const int64_t t = block_size_;
+    for (int64_t b = 0; b < count; ++b) {
+      const int64_t begin = off[indices[b]], n = off[indices[b] + 1] - begin;
+      int64_t* x = in + b * t;
+      int64_t* y = out + b * t;
+      for (int64_t j = 0; j < t; ++j) {
+        // Padding after the example: token 0, never a target (causal attention keeps it from
+        // the tokens before it).
+        x[j] = j < n ? tok[begin + j] : 0;
+        y[j] = j + 1 < n && mask[begin + j + 1] ? tok[begin + j + 1] : kIgnoredTarget;
+      }
+    }
+  }
+
+ private:
+  torch::Tensor tokens_, mask_, offsets_;
+  int64_t block_size_;
+};
+
+std::shared_ptr<ChatExamples> openExamples(const std::string& file, int64_t block_size,
+                                           int64_t vocab) {
+  std::error_code ec;
+  if (!fs::is_regular_file(file, ec))
+    throw UsageError(fmt::format(
+        "data.dataset chat: '{}' not found; make the examples with scripts/prepare_chat.py "
+        "JSONL --model HF_DIR --out {}",
+        file, fs::path(file).parent_path().string()));
+  auto t = io::loadSafetensors(file);
+  auto need = [&](const char* name, torch::ScalarType dtype) {
+    auto it = t.find(name);
+    if (it == t.end() || it->second.scalar_type() != dtype || it->second.dim() != 1)
+      throw UsageError(fmt::format(
+          "'{}' has no 1-d {} tensor '{}': not the examples scripts/prepare_chat.py writes", file,
+          c10::toString(dtype), name));
+    return it->second.contiguous();
+  };
+  auto tokens = need("tokens", torch::kInt), mask = need("mask", torch::kByte),
+       offsets = need("offsets", torch::kLong);
+  const int64_t n = offsets.numel() - 1;
+  const auto* off = offsets.data_ptr<int64_t>();
+  if (n < 1 || off[0] != 0 || off[n] != tokens.numel() || mask.numel() != tokens.numel())
+    throw UsageError(fmt::format(
+        "'{}': offsets, tokens ({}) and mask ({}) do not agree (offsets must run from 0 to the "
+        "token count)",
+        file, tokens.numel(), mask.numel()));
+  if (tokens.numel() > 0) {
+    const int64_t top = tokens.max().item<int64_t>(), low = tokens.min().item<int64_t>();
+    if (top >= vocab || low < 0)
+      throw UsageError(fmt::format("'{}' holds token {}, outside the model's vocabulary of {}",
+                                   file, top >= vocab ? top : low, vocab));
+  }
+  const auto* m = mask.data_ptr<uint8_t>();
+  for (int64_t i = 0; i < n; ++i) {
+    if (off[i + 1] < off[i])
+      throw UsageError(fmt::format("'{}': the offsets of example {} run backwards", file, i));
+    int64_t first = -1;  // the first position whose token the loss learns (0 cannot be a target)
+    for (int64_t j = off[i] + 1; j < off[i + 1] && first < 0; ++j)
+      if (m[j]) first = j - off[i];
+    if (first < 0)
+      throw UsageError(fmt::format(
+          "'{}': example {} has a loss mask that leaves no token to learn from", file, i));
+    if (first > block_size)
+      throw UsageError(fmt::format(
+          "'{}': example {} learns nothing before token {}, beyond model.block_size {}: raise "
+          "model.block_size, or drop long examples with prepare_chat.py --max-length",
+          file, i, first, block_size));
+  }
+  return std::make_shared<ChatExamples>(tokens, mask, offsets, block_size);
+}
+
+// The chat template a Hugging Face directory gives its tokenizer: chat_template.jinja, or
+// tokenizer_config.json's chat_template.
+std::string templateOf(const fs::path& dir) {
+  std::error_code ec;
+  if (fs::is_regular_file(dir / "chat_template.jinja", ec))
+    return io::readFile((dir / "chat_template.jinja").string());
+  if (fs::is_regular_file(dir / "tokenizer_config.json", ec)) {
+    const auto j = io::readJsonFile((dir / "tokenizer_config.json").string());
+    if (j.contains("chat_template") && j["chat_template"].is_string())
+      return j["chat_template"].get<std::string>();
+  }
+  return "";
+}
+
+}  // namespace
+
+Splits loadChat(const config::DataConfig& cfg, int64_t block_size, int64_t vocab) {
+  const fs::path dir(cfg.path);
+  const std::string tok = (dir / "tokenizer.json").string();
+  std::error_code ec;
+  if (vocab <= 0) {
+    if (!fs::is_regular_file(tok, ec))
+      throw UsageError(fmt::format(
+          "model.vocab_size is not set and data.path '{}' has no tokenizer.json to take it from",
+          cfg.path));
+    vocab = tokenizerVocabSize(tok);
+  }
+  Splits out;
+  if (fs::is_regular_file(tok, ec)) out.tokenizer_file = tok;
+  for (auto [split, name] :
+       {std::pair{&out.train, "train.safetensors"}, std::pair{&out.test, "val.safetensors"}}) {
+    split->source = openExamples((dir / name).string(), block_size, vocab);
+    split->tokens = true;
+    split->num_classes = vocab;
+  }
+  return out;
+}
+
+void checkChatMatchesModel(const std::string& data_path, const std::string& model_dir) {
+  const fs::path data(data_path), model(model_dir);
+  std::error_code ec;
+  const auto mine = data / "tokenizer.json", theirs = model / "tokenizer.json";
+  if (!fs::is_regular_file(mine, ec) || !fs::is_regular_file(theirs, ec)) return;
+  if (io::readFile(mine.string()) != io::readFile(theirs.string()))
+    throw UsageError(fmt::format(
+        "data.path '{}' was tokenised with another tokenizer than model.init_from's ('{}'): "
+        "prepare it again with scripts/prepare_chat.py --model {}",
+        data_path, theirs.string(), model_dir));
+  const auto used = data / "chat_template.jinja";
+  if (fs::is_regular_file(used, ec) && io::readFile(used.string()) != templateOf(model))
+    throw UsageError(fmt::format(
+        "data.path '{}' was rendered with a chat template ('{}') that is not model.init_from's "
+        "tokenizer's ('{}'): prepare it again with scripts/prepare_chat.py --model {}",
+        data_path, used.string(), model_dir, model_dir));
+}
+
+}  // namespace ltrain::data

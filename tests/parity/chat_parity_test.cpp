@@ -1,0 +1,167 @@
+// Chat and instruction data against the real thing. transformers makes a small Llama with a
+// tokenizer whose chat template marks the assistant's turns for return_assistant_tokens_mask;
+// scripts/prepare_chat.py, which masks from the plain rendering, must mark exactly those tokens.
+// Trained on the examples, ltrain's loss equals PyTorch's cross-entropy over Hugging Face-style
+// labels (-100 where the mask does not learn) step for step, fully and with LoRA under DDP, and
+// data made with another tokenizer or template than the model's is refused.
+#include <torch/torch.h>
+#include <catch2/catch.hpp>
+
+#include <filesystem>
+
+#include "ltrain/io/safetensors.h"
+#include "support/process.h"
+#include "support/run_files.h"
+#include "test_paths.h"
+
+using Catch::Matchers::Contains;
+using ltrain::test::runProcess;
+using ltrain::test::TempDir;
+
+namespace {
+
+const std::string kSrc = LTRAIN_SOURCE_DIR;
+const std::string kTools = kSrc + "/tests/parity/hf_tools.py";
+const std::string kPrepare = kSrc + "/scripts/prepare_chat.py";
+const std::string kFortunes = "/usr/share/games/fortunes/cookie";
+
+void run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {}) {
+  auto r = runProcess(argv, env);
+  INFO(argv[0] << " " << (argv.size() > 1 ? argv[1] : "") << ":\n" << r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+}
+
+// A small transformers Llama (vocabulary 384) with a chat tokenizer of its own (380 tokens and
+// the template's special tokens) in `dir`.
+void makeChatModel(const std::string& dir, const std::string& vocab = "380") {
+  run({LTRAIN_PYTHON, kTools, "make-llama", dir, "--vocab", "384"});
+  run({LTRAIN_PYTHON, kTools, "add-chat-tokenizer", dir, vocab, kFortunes});
+}
+
+// ltrain and the Python reference on `config` with `n` processes: the same loss at every step.
+void trainBoth(const TempDir& dir, const std::string& config, const std::string& base,
+               const std::string& n, const std::string& tag) {
+  const std::string py = dir / ("py_" + tag), lt = dir / ("lt_" + tag);
+  std::vector<std::string> ref =
+      n == "1" ? std::vector<std::string>{LTRAIN_PYTHON}
+               : std::vector<std::string>{LTRAIN_TORCHRUN, "--standalone", "--nproc-per-node", n};
+  const std::vector<std::string> args{kSrc + "/bench/reference/train_ref.py",
+                                      config,
+                                      "--ltrain",
+                                      LTRAIN_BINARY,
+                                      "--init",
+                                      base + "/model.safetensors",
+                                      "--out",
+                                      py};
+  ref.insert(ref.end(), args.begin(), args.end());
+  run(ref, {{"OMP_NUM_THREADS", "1"}});
+  run({LTRAIN_BINARY, "train", config, "--nproc-per-node", n, "--output-dir", lt});
+  auto a = ltrain::test::trainLosses(py + "/metrics.jsonl");
+  auto b = ltrain::test::trainLosses(lt + "/metrics.jsonl");
+  REQUIRE(a.size() == 12);
+  REQUIRE(b.size() == 12);
+  double worst = 0;
+  for (auto& [step, loss] : a) worst = std::max(worst, std::abs(loss - b[step]) / std::abs(loss));
+  INFO(tag << ": worst relative loss difference " << worst << "; step 1: " << a[1] << " vs " << b[1]
+           << ", step 12: " << a[12] << " vs " << b[12]);
+  CHECK(worst <= 1e-5);
+  CHECK(a[12] < a[1]);
+  // The validation loss, over the learned tokens only.
+  const double va = ltrain::test::summaryValue(py, "test_loss"),
+               vb = ltrain::test::summaryValue(lt, "test_loss");
+  INFO("validation loss " << va << " vs " << vb);
+  CHECK(std::abs(va - vb) <= 1e-5 * std::abs(va));
+}
+
+}  // namespace
+
+TEST_CASE(
+    "chat examples are masked as transformers marks the assistant's tokens, and train as "
+    "PyTorch's cross-entropy over -100 labels does",
+    "[parity][slow][hf]") {
+  TempDir dir;
+  const std::string base = dir / "base", jsonl = dir / "chats.jsonl";
+  makeChatModel(base);
+  run({LTRAIN_PYTHON, kTools, "make-chats", jsonl, kFortunes, "60"});
+
+  // Every example kept: the masks against return_assistant_tokens_mask's, token for token.
+  run({LTRAIN_PYTHON, kPrepare, jsonl, "--model", base, "--out", dir / "all"});
+  run({LTRAIN_PYTHON, kTools, "chat-masks", base, jsonl, dir / "oracle.safetensors"});
+  auto oracle = ltrain::io::loadSafetensors(dir / "oracle.safetensors");
+  auto train = ltrain::io::loadSafetensors(dir / "all/train.safetensors");
+  auto val = ltrain::io::loadSafetensors(dir / "all/val.safetensors");
+  CHECK(torch::equal(torch::cat({train.at("tokens"), val.at("tokens")}), oracle.at("tokens")));
+  const auto mask = torch::cat({train.at("mask"), val.at("mask")});
+  CHECK(torch::equal(mask, oracle.at("mask")));
+  CHECK(mask.sum().item<int64_t>() > 0);
+  CHECK(mask.sum().item<int64_t>() < mask.numel());  // the prompts are not learned
+
+  // Examples up to 120 tokens (the model's context is 128), trained fully on one process...
+  const std::string data = dir / "chats";
+  run({LTRAIN_PYTHON, kPrepare, jsonl, "--model", base, "--out", data, "--max-length", "120"});
+  const std::string common =
+      "seed: 1\n"
+      "data: {dataset: chat, path: " +
+      data +
+      ", batch_size: 4}\n"
+      "model: {init_from: " +
+      base +
+      ", block_size: 120}\n"
+      "optimizer: {name: adamw, lr: 0.003, weight_decay: 0.01}\n"
+      "scheduler: {name: cosine, warmup_steps: 3}\n"
+      "train: {max_steps: 12, log_every: 1, threads: 1, eval_every: 0,\n"
+      "        checkpoint_every: 0, clip_grad_norm: 1.0}\n";
+  ltrain::test::writeText(dir / "full.yaml", common);
+  trainBoth(dir, dir / "full.yaml", base, "1", "full");
+  // ... and as LoRA from a PEFT adapter under DDP on two.
+  run({LTRAIN_PYTHON, kTools, "make-adapter", base, dir / "adapter", "--targets",
+       "q_proj,k_proj,v_proj,o_proj", "--rank", "4", "--alpha", "8"});
+  ltrain::test::writeText(dir / "lora.yaml",
+                          common + "finetune: {adapter_from: " + (dir / "adapter") + "}\n");
+  trainBoth(dir, dir / "lora.yaml", base, "2", "lora");
+}
+
+TEST_CASE(
+    "chat data that masks everything, or made for another tokenizer or template, is "
+    "refused with one line and nothing written",
+    "[slow][hf]") {
+  TempDir dir;
+  const std::string base = dir / "base";
+  makeChatModel(base);
+  // Only the user speaks: nothing to learn.
+  ltrain::test::writeText(dir / "mute.jsonl",
+                          "{\"messages\": [{\"role\": \"user\", \"content\": \"hello\"}]}\n");
+  auto r = runProcess(
+      {LTRAIN_PYTHON, kPrepare, dir / "mute.jsonl", "--model", base, "--out", dir / "mute"});
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Contains("mute.jsonl:1: the loss mask leaves no token to learn from"));
+  CHECK_FALSE(std::filesystem::exists(dir / "mute"));
+  // A record of no known shape.
+  ltrain::test::writeText(dir / "odd.jsonl", "{\"question\": \"a\", \"answer\": \"b\"}\n");
+  r = runProcess(
+      {LTRAIN_PYTHON, kPrepare, dir / "odd.jsonl", "--model", base, "--out", dir / "odd"});
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.err, Contains("odd.jsonl:1: expected \"messages\""));
+
+  run({LTRAIN_PYTHON, kTools, "make-chats", dir / "chats.jsonl", kFortunes, "12"});
+  run({LTRAIN_PYTHON, kPrepare, dir / "chats.jsonl", "--model", base, "--out", dir / "chats"});
+  // Another tokenizer (a smaller vocabulary), and the same one with another template.
+  const std::string other = dir / "other", retemplated = dir / "retemplated";
+  makeChatModel(other, "300");
+  std::filesystem::copy(base, retemplated);
+  ltrain::test::writeText(retemplated + "/chat_template.jinja",
+                          "{% for m in messages %}{{ m['content'] }}{% endfor %}");
+  for (const auto& [model, says] :
+       {std::pair{other, "was tokenised with another tokenizer than model.init_from's"},
+        std::pair{retemplated, "was rendered with a chat template"}}) {
+    const std::string out = dir / "run";
+    ltrain::test::writeText(dir / "c.yaml", "data: {dataset: chat, path: " + (dir / "chats") +
+                                                "}\nmodel: {init_from: " + model + "}\n");
+    auto t = runProcess({LTRAIN_BINARY, "train", dir / "c.yaml", "--output-dir", out});
+    INFO(t.err);
+    CHECK(t.exit_code == 2);
+    CHECK_THAT(t.err, Contains(says));
+    CHECK(std::count(t.err.begin(), t.err.end(), '\n') == 1);
+    CHECK_FALSE(std::filesystem::exists(out));
+  }
+}

@@ -1,0 +1,158 @@
+// LoRA against the real thing. transformers makes a small Llama and PEFT an adapter for it (B
+// drawn, not zero); ltrain (finetune.adapter_from) and PEFT + PyTorch (bench/reference/
+// train_ref.py, under the real torchrun for two processes) train the same adapters on the same
+// batches with AdamW and clipping: the same loss at each of 20 steps, the same final adapters, and
+// the base untouched. PEFT then loads ltrain's export --peft onto transformers' base, and
+// transformers its merged export --hf: both give ltrain's logits.
+#include <torch/torch.h>
+#include <catch2/catch.hpp>
+
+#include "ltrain/config/load.h"
+#include "ltrain/io/safetensors.h"
+#include "ltrain/models/hf_checkpoint.h"
+#include "ltrain/models/lora.h"
+#include "ltrain/models/model.h"
+#include "support/process.h"
+#include "support/run_files.h"
+#include "test_paths.h"
+
+using ltrain::test::runProcess;
+using ltrain::test::TempDir;
+
+namespace {
+
+const std::string kSrc = LTRAIN_SOURCE_DIR;
+const std::string kTools = kSrc + "/tests/parity/hf_tools.py";
+
+void run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {}) {
+  auto r = runProcess(argv, env);
+  INFO(argv[0] << " " << (argv.size() > 1 ? argv[1] : "") << ":\n" << r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+}
+
+double maxDiff(const torch::Tensor& a, const torch::Tensor& b) {
+  REQUIRE(a.sizes() == b.sizes());
+  return (a - b).abs().max().item<double>();
+}
+
+}  // namespace
+
+TEST_CASE("LoRA from a PEFT adapter trains as PEFT and PyTorch do, alone and under DDP",
+          "[parity][slow][hf]") {
+  TempDir dir;
+  const std::string tokens = dir / "tokens", base = dir / "base", adapter = dir / "adapter";
+  run({LTRAIN_PYTHON, kSrc + "/scripts/prepare_tokens.py", "/usr/share/games/fortunes/cookie",
+       "--out", tokens, "--vocab-size", "384"});
+  run({LTRAIN_PYTHON, kTools, "make-llama", base, "--vocab", "384"});
+  run({LTRAIN_PYTHON, kTools, "make-adapter", base, adapter, "--targets", "q_proj,v_proj", "--rank",
+       "4", "--alpha", "8"});
+  const std::string config = dir / "lora.yaml";
+  ltrain::test::writeText(config,
+                          "seed: 1\n"
+                          "data: {dataset: tokens, path: " +
+                              tokens +
+                              ", batch_size: 8}\n"
+                              "model: {init_from: " +
+                              base +
+                              ", block_size: 32}\n"
+                              "finetune: {adapter_from: " +
+                              adapter +
+                              "}\n"
+                              "optimizer: {name: adamw, lr: 0.01, weight_decay: 0.01}\n"
+                              "scheduler: {name: cosine, warmup_steps: 3}\n"
+                              "train: {max_steps: 20, log_every: 1, threads: 1, eval_every: 0,\n"
+                              "        checkpoint_every: 0, clip_grad_norm: 1.0}\n");
+  const auto base_weights = ltrain::io::loadSafetensors(base + "/model.safetensors");
+
+  for (const std::string n : {"1", "2"}) {
+    INFO(n << " process(es)");
+    const std::string py = dir / ("py" + n), lt = dir / ("lt" + n), peft = dir / ("peft" + n);
+    std::vector<std::string> ref{kSrc + "/bench/reference/train_ref.py",
+                                 config,
+                                 "--ltrain",
+                                 LTRAIN_BINARY,
+                                 "--init",
+                                 base + "/model.safetensors",
+                                 "--out",
+                                 py};
+    const std::vector<std::string> launcher =
+        n == "1"
+            ? std::vector<std::string>{LTRAIN_PYTHON}
+            : std::vector<std::string>{LTRAIN_TORCHRUN, "--standalone", "--nproc-per-node", "2"};
+    ref.insert(ref.begin(), launcher.begin(), launcher.end());
+    run(ref, {{"OMP_NUM_THREADS", "1"}});
+    run({LTRAIN_BINARY, "train", config, "--nproc-per-node", n, "--output-dir", lt});
+
+    auto a = ltrain::test::trainLosses(py + "/metrics.jsonl");
+    auto b = ltrain::test::trainLosses(lt + "/metrics.jsonl");
+    REQUIRE(a.size() == 20);
+    REQUIRE(b.size() == 20);
+    double worst = 0;
+    for (auto& [step, loss] : a) worst = std::max(worst, std::abs(loss - b[step]) / std::abs(loss));
+    INFO("worst relative loss difference " << worst << "; step 1: " << a[1] << " vs " << b[1]
+                                           << ", step 20: " << a[20] << " vs " << b[20]);
+    CHECK(worst <= 1e-5);
+    CHECK(a[20] < a[1]);  // it trained
+
+    // The adapters PEFT trained, under its names, against ltrain's export of its own.
+    run({LTRAIN_BINARY, "export", "--run", lt, "--peft", peft});
+    auto theirs = ltrain::io::loadSafetensors(py + "/model.safetensors");
+    auto mine = ltrain::io::loadSafetensors(peft + "/adapter_model.safetensors");
+    REQUIRE(theirs.size() == 8);  // q and v of two layers, A and B
+    REQUIRE(mine.size() == theirs.size());
+    double adapters = 0;
+    for (auto& [name, t] : theirs) {
+      INFO(name);
+      REQUIRE(mine.count(name));
+      adapters = std::max(adapters, maxDiff(t, mine.at(name)));
+    }
+    INFO("final adapters max abs diff " << adapters);
+    CHECK(adapters <= 1e-5);
+    CHECK(adapters > 0);  // (they moved: step 1's weights are not step 20's)
+    // The base is frozen: the run's weights hold it as it was read.
+    auto run_weights = ltrain::io::loadSafetensors(lt + "/model.safetensors");
+    for (auto& [name, t] : base_weights) {
+      INFO(name);
+      REQUIRE(run_weights.count(name));
+      CHECK(torch::equal(run_weights.at(name), t));
+    }
+  }
+
+  // PEFT loads ltrain's adapter onto transformers' base; transformers loads the merged export.
+  const std::string peft = dir / "peft1", merged = dir / "merged";
+  auto lc = ltrain::config::loadConfigText("data: {dataset: tokens}\nmodel: {init_from: " + base +
+                                               "}\nfinetune: {adapter_from: " + peft + "}\n",
+                                           "test.yaml", {});
+  torch::manual_seed(1);
+  auto model = ltrain::models::build(lc.cfg.model, {32}, 384, /*tokens=*/true);
+  ltrain::models::loadInitialWeights(model, lc.cfg.model);
+  ltrain::models::applyLora(model, lc.cfg.lora);
+  ltrain::models::loadAdapter(model, lc.cfg.model, peft);
+  model->eval();
+  const auto ids = torch::randint(384, {2, 24}, torch::kLong);
+  const auto mine = model->forward(ids).detach();
+  ltrain::io::saveSafetensors(dir / "ids.safetensors", {{"ids", ids}});
+  run({LTRAIN_PYTHON, kTools, "peft-logits", base, peft, dir / "ids.safetensors",
+       dir / "peft_logits.safetensors"});
+  const double by_peft =
+      maxDiff(mine, ltrain::io::loadSafetensors(dir / "peft_logits.safetensors").at("logits"));
+  INFO("PEFT's logits against ltrain's: max abs diff " << by_peft);
+  CHECK(by_peft <= 1e-5);
+  run({LTRAIN_BINARY, "export", "--run", dir / "lt1", "--hf", merged});
+  run({LTRAIN_PYTHON, kTools, "logits", merged, dir / "ids.safetensors",
+       dir / "merged_logits.safetensors"});
+  const double by_merged =
+      maxDiff(mine, ltrain::io::loadSafetensors(dir / "merged_logits.safetensors").at("logits"));
+  INFO("transformers' logits of the merged export against ltrain's: max abs diff " << by_merged);
+  CHECK(by_merged <= 1e-5);
+
+  // generate and eval run the LoRA run directly.
+  auto g = runProcess({LTRAIN_BINARY, "generate", "--run", dir / "lt1", "--prompt", "The ",
+                       "--max-new-tokens", "8"});
+  INFO(g.err);
+  CHECK(g.exit_code == 0);
+  auto e = runProcess({LTRAIN_BINARY, "eval", "--run", dir / "lt1"});
+  INFO(e.err);
+  CHECK(e.exit_code == 0);
+  CHECK(e.out.find("perplexity") != std::string::npos);
+}
