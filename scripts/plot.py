@@ -241,7 +241,11 @@ def plot_sweep(sweep_dir, out):
             label = ", ".join(f"{q}={v}" for q, v in zip(others, key)) or None
             ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", color=color, label=label)
         if numeric:
-            if min(nums) > 0 and max(nums) > 20 * min(nums):
+            # A rate is read in orders of magnitude (0.01, 0.03, 0.1 equally apart), as is a
+            # loguniform draw or any positive range of 10x or more.
+            declared = str((spec.get("params") or {}).get(p, "")) if isinstance(spec.get("params"), dict) else ""
+            rate = p.rsplit(".", 1)[-1] in ("lr", "min_lr", "weight_decay", "eps") or "loguniform" in declared
+            if min(nums) > 0 and (rate or max(nums) >= 10 * min(nums)):
                 ax.set_xscale("log")
         else:
             ax.set_xticks(list(xpos.values()))

@@ -101,6 +101,14 @@ def main():
 
     docs = read_texts(args.text)
     if len(docs) < 2:
+        # One text (a book, a log): cut into paragraphs, or lines, so that validation gets some.
+        for sep in ("\n\n", "\n"):
+            docs = [p.strip("\n") for d in docs for p in d.split(sep) if p.strip()]
+            if len(docs) >= 2:
+                print(f"one document in {args.text}: cut into {len(docs)} at "
+                      f"{'blank lines' if sep == chr(10) * 2 else 'line ends'}", file=sys.stderr)
+                break
+    if len(docs) < 2:
         sys.exit(f"prepare_tokens: error: {len(docs)} documents in {args.text}; need at least 2")
     os.makedirs(args.out, exist_ok=True)
     tok = Tokenizer.from_file(args.tokenizer) if args.tokenizer else train_tokenizer(docs, args.vocab_size)

@@ -94,6 +94,15 @@ int trainLaunched(const Args& a) {
   return ltrain::launch::runLauncher(lo);
 }
 
+// The last line's scores on the held-out split: a language model's is its validation split,
+// scored per token (loss, perplexity, next-token accuracy); a classifier's, its test set.
+std::string heldOutScores(double accuracy, double loss, bool language_model) {
+  if (language_model)
+    return fmt::format("val_loss {:.4f}  val_perplexity {:.3f}  next_token_accuracy {:.4f}", loss,
+                       std::exp(loss), accuracy);
+  return fmt::format("test_accuracy {:.4f}  test_loss {:.4f}", accuracy, loss);
+}
+
 int cmdTrain(const Args& a) {
   if (!a.nproc.empty()) return trainLaunched(a);
   auto lc = ltrain::config::loadConfig(a.config, a.overrides);
@@ -108,9 +117,9 @@ int cmdTrain(const Args& a) {
   if (s.stop_signal != 0)
     return 128 + s.stop_signal;  // 143 for SIGTERM, 130 for SIGINT, as torchrun
   if (rt.isMain())
-    fmt::print("test_accuracy {:.4f}  test_loss {:.4f}  steps {}  wall {:.1f}s  run {}{}\n",
-               s.test_accuracy, s.test_loss, s.steps, s.wall_s, s.run_dir,
-               s.language_model ? fmt::format("  perplexity {:.3f}", std::exp(s.test_loss)) : "");
+    fmt::print("{}  steps {}  wall {:.1f}s  run {}\n",
+               heldOutScores(s.test_accuracy, s.test_loss, s.language_model), s.steps, s.wall_s,
+               s.run_dir);
   return 0;
 }
 
@@ -151,9 +160,8 @@ int cmdEval(const Args& a) {
   spdlog::set_pattern("[%H:%M:%S] %v");
   auto r = ltrain::train::evaluateWeights(lc, files.weights);
   // A language model's held-out split is its text's validation part: also its perplexity.
-  fmt::print("test_accuracy {:.4f}  test_loss {:.4f}  examples {}{}\n", r.test_accuracy,
-             r.test_loss, r.examples,
-             r.language_model ? fmt::format("  perplexity {:.3f}", std::exp(r.test_loss)) : "");
+  fmt::print("{}  examples {}\n", heldOutScores(r.test_accuracy, r.test_loss, r.language_model),
+             r.examples);
   return 0;
 }
 

@@ -141,6 +141,8 @@ TEST_CASE(
   auto again = runLtrain(synthetic(dir / "c.yaml", run, {"train.epochs=2"}));
   CHECK(again.exit_code == 2);
   CHECK_THAT(again.err, Contains("holds a finished run; pass --overwrite"));
+  // ... and how to go on from it: its last checkpoint, resumed into a new directory.
+  CHECK_THAT(again.err, Contains("train.resume=" + run + "/checkpoints/step-00000016.pt"));
   CHECK(readText(run + "/summary.json") == before);
   CHECK(readText(run + "/metrics.jsonl") == metrics);
 

@@ -1,6 +1,7 @@
 // A character-level GPT through the binary: validation loss falls and is reported with perplexity
 // (log, metrics.jsonl, summary.json, `ltrain eval`), and a run killed mid-epoch resumes to the
 // weights of an uninterrupted one (each epoch's re-cut of the text into blocks repeats exactly).
+#include <fmt/format.h>
 #include <yaml-cpp/yaml.h>
 #include <catch2/catch.hpp>
 
@@ -63,12 +64,17 @@ TEST_CASE("a character GPT learns: validation loss falls, reported with perplexi
   auto summary = ltrain::test::readJson(dir / "run/summary.json");
   CHECK(summary["val_perplexity"].get<double>() ==
         Approx(std::exp(summary["test_loss"].get<double>())));
+  // The last line names the split it scored: validation, per token.
+  CHECK_THAT(r.out, Contains(fmt::format("val_loss {:.4f}  val_perplexity",
+                                         summary["test_loss"].get<double>())));
+  CHECK_THAT(r.out, Contains("next_token_accuracy"));
+  CHECK_THAT(r.out, !Contains("test_accuracy"));
   auto e = runLtrain({"eval", dir / "c.yaml", "data.dataset=text", "data.path=" + (dir / "t.txt"),
                       "model.name=gpt", "model.n_layer=2", "model.n_head=2", "model.n_embd=32",
                       "model.block_size=32", "--checkpoint", dir / "run/model.safetensors"});
   INFO(e.out << e.err);
   REQUIRE(e.exit_code == 0);
-  CHECK_THAT(e.out, Contains("perplexity"));
+  CHECK_THAT(e.out, Contains("val_perplexity"));
 }
 
 TEST_CASE("a GPT run killed mid-epoch resumes to the uninterrupted weights", "[dist]") {

@@ -69,6 +69,9 @@ TEST_CASE("train.nonfinite=stop names the step and the batches, on every rank", 
   CHECK(one.exit_code == 1);
   CHECK_THAT(one.err, Contains("ltrain: error: gradients are not finite at step 7 (epoch 1, "
                                "batches 6-6 of the epoch; loss on rank 0: nan)"));
+  // The way out named: a lower rate or clipping first, skipping for a rare bad batch.
+  CHECK_THAT(one.err, Contains("the run diverged; lower optimizer.lr (peak"));
+  CHECK_THAT(one.err, Contains("clip the gradients (train.clip_grad_norm: 1.0)"));
 }
 
 TEST_CASE("a skipped step leaves batch norm's statistics as they were before it") {

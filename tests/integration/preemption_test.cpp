@@ -100,6 +100,11 @@ TEST_CASE("SIGTERM to the launcher mid-run: checkpoint, 143, and the relaunch fi
   CHECK(stopped >= 20);
   CHECK(stopped < 4000);
   CHECK(lastLoggedStep(dir / "cut") == stopped);  // the steps done are the steps saved
+  // Every rank tells the same story: none, waiting for the stop's checkpoint, claims it stopped
+  // before its first step.
+  for (const char* log : {"cut/logs/rank_0.log", "cut/logs/rank_1.log"})
+    CHECK_THAT(readText(dir / log), !Contains("nothing to resume"));
+  CHECK_THAT(r.out + r.err, !Contains("nothing to resume"));
 
   auto again = runLtrain(train(dir / "c.yaml", dir / "cut", 2, samples));
   REQUIRE(again.exit_code == 0);

@@ -176,4 +176,15 @@ TEST_CASE("prepare_tokens.py writes only into a new or empty directory, or over 
   CHECK_THAT(again.err, Contains("pass --overwrite"));
   CHECK(prepare(dir / "data", true).exit_code == 0);
   CHECK(std::filesystem::exists(dir / "data/train_000000.bin"));
+
+  // One text of no '%' separators (a book): cut into paragraphs, validation among them.
+  ltrain::test::writeText(dir / "book.txt",
+                          "The first paragraph.\nIt goes on.\n\nThe second "
+                          "one.\n\nAnd a third, at the end.\n");
+  auto book = ltrain::test::runProcess(
+      {LTRAIN_PYTHON, script, dir / "book.txt", "--out", dir / "book", "--vocab-size", "300"});
+  INFO(book.err);
+  CHECK(book.exit_code == 0);
+  CHECK_THAT(book.err, Contains("cut into 3 at blank lines"));
+  CHECK(std::filesystem::exists(dir / "book/val_000000.bin"));
 }

@@ -119,6 +119,15 @@ TEST_CASE(
   ltrain::test::writeText(dir / "lora.yaml",
                           common + "finetune: {adapter_from: " + (dir / "adapter") + "}\n");
   trainBoth(dir, dir / "lora.yaml", base, "2", "lora");
+
+  // The merged export keeps the model's tokenizer files: its chat template renders as the base's.
+  run({LTRAIN_BINARY, "export", "--run", dir / "lt_lora", "--hf", dir / "merged"});
+  run({LTRAIN_PYTHON, "-c",
+       "import sys; from transformers import AutoTokenizer as A\n"
+       "m = [{'role': 'user', 'content': 'hi'}]\n"
+       "a, b = (A.from_pretrained(d).apply_chat_template(m) for d in sys.argv[1:])\n"
+       "sys.exit(0 if a == b else f'{a} != {b}')",
+       base, dir / "merged"});
 }
 
 TEST_CASE(

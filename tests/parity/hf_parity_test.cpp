@@ -256,6 +256,7 @@ TEST_CASE(
     auto t = ltrain::test::runLtrain({"train", dir / (arch + ".yaml"), "--output-dir", run});
     INFO(t.err);
     REQUIRE(t.exit_code == 0);
+    CHECK_THAT(t.out + t.err, Contains(" parameters from " + hf + ", "));  // where they start
     auto e = ltrain::test::runLtrain({"export", "--run", run, "--hf", out});
     INFO(e.err);
     REQUIRE(e.exit_code == 0);

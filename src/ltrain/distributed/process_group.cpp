@@ -152,7 +152,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::subgroup(const std::string& name,
   return g;
 }
 
-void ProcessGroup::barrier(const std::string& name) {
+void ProcessGroup::barrier(const std::string& name, bool stopping) {
   Watchdog::Waiting waiting(watchdog_.get());
   const std::string key = "barrier/" + name;
   store_->set(fmt::format("{}/{}", key, rt_.rank), std::vector<uint8_t>{1});
@@ -160,7 +160,8 @@ void ProcessGroup::barrier(const std::string& name) {
   const auto deadline = std::chrono::steady_clock::now() + timeout_;
   auto sleep = Ms(1);
   while (arrived < rt_.world_size) {
-    StopSignal::checkpoint(fmt::format("while waiting for the other ranks at '{}'", name));
+    if (!stopping)
+      StopSignal::checkpoint(fmt::format("while waiting for the other ranks at '{}'", name));
     if (std::chrono::steady_clock::now() >= deadline) {
       std::string missing;
       for (int64_t r = 0; r < rt_.world_size; ++r)

@@ -72,8 +72,10 @@ class ProcessGroup {
   bool sharedMemory() const { return shm_ != nullptr; }
   // Sum of `values` over all ranks (small reductions: losses, counts).
   std::vector<double> allreduceSum(const std::vector<double>& values);
-  // Waits until every rank has called barrier(name); names the missing ranks on timeout.
-  void barrier(const std::string& name);
+  // Waits until every rank has called barrier(name); names the missing ranks on timeout. A
+  // pending SIGINT or SIGTERM ends the wait (Interrupted) unless `stopping`: the barrier is the
+  // stop's own, where a rank waits for the checkpoint the signal asked for.
+  void barrier(const std::string& name, bool stopping = false);
   // Rank 0 publishes `value` under `key`; every rank returns it.
   std::string broadcastString(const std::string& key, const std::string& value);
   // A collective that failed because a peer went away says only "connection closed by peer

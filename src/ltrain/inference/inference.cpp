@@ -225,6 +225,38 @@ void runGenerate(const InferenceRequest& req, const std::string& prompt,
              cfg.model.name, devices.main.str());
 }
 
+namespace {
+
+// Whether the run's tokenizer is model.init_from's own (a run on data cut with the model's
+// tokenizer): then the model's special tokens and chat template still hold for the export.
+bool sameTokenizerAsSource(const std::string& tokenizer_file, const std::string& init_from) {
+  std::error_code ec;
+  const fs::path theirs = fs::path(init_from) / "tokenizer.json";
+  return !tokenizer_file.empty() && config::isHfModelDir(init_from) &&
+         fs::is_regular_file(theirs, ec) && io::readFile(tokenizer_file) == io::readFile(theirs);
+}
+
+// The source's tokenizer files (its special tokens, its chat template) and its bos, eos and pad
+// token ids, into the export's config.json and generation_config.json.
+void carrySourceTokenizer(const std::string& init_from, const std::string& hf_dir) {
+  const fs::path from(init_from), to(hf_dir);
+  std::error_code ec;
+  for (const char* f : {"tokenizer_config.json", "special_tokens_map.json", "chat_template.jinja"})
+    if (fs::is_regular_file(from / f, ec))
+      io::writeFileAtomic((to / f).string(), io::readFile((from / f).string()));
+  for (const char* f : {"config.json", "generation_config.json"}) {
+    io::Json source = io::Json::object();
+    if (fs::is_regular_file(from / f, ec)) source = io::readJsonFile((from / f).string());
+    if (!source.is_object()) continue;
+    auto out = io::readJsonFile((to / f).string());
+    for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"})
+      if (source.contains(key) && !source[key].is_null()) out[key] = source[key];
+    io::writeFileAtomic((to / f).string(), out.dump(2) + "\n");
+  }
+}
+
+}  // namespace
+
 void runExport(const InferenceRequest& req, const std::string& hf_dir,
                const std::string& peft_dir) {
   if (hf_dir.empty() && peft_dir.empty())
@@ -247,7 +279,11 @@ void runExport(const InferenceRequest& req, const std::string& hf_dir,
     max_positions = j.value("max_position_embeddings", int64_t{0});
   }
   models::exportHf(lm.model, cfg.model, lm.vocab, hf_dir, max_positions, lm.values);
-  if (!lm.tokenizer_file.empty() && fs::path(lm.tokenizer_file).filename() == "tokenizer.json") {
+  if (sameTokenizerAsSource(lm.tokenizer_file, cfg.model.init_from)) {
+    io::writeFileAtomic(hf_dir + "/tokenizer.json", io::readFile(lm.tokenizer_file));
+    carrySourceTokenizer(cfg.model.init_from, hf_dir);
+  } else if (!lm.tokenizer_file.empty() &&
+             fs::path(lm.tokenizer_file).filename() == "tokenizer.json") {
     io::writeFileAtomic(hf_dir + "/tokenizer.json", io::readFile(lm.tokenizer_file));
     io::writeFileAtomic(hf_dir + "/tokenizer_config.json",
                         "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\"\n}\n");

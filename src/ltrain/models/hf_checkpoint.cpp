@@ -56,8 +56,17 @@ std::vector<std::string> hfFiles(const std::string& dir) {
       if (file.is_string()) shards.insert(file.get<std::string>());
     for (const auto& s : shards) files.push_back((d / s).string());
   } else {
+    // PyTorch pickles (pytorch_model.bin) run code when read: converted once, by the user.
+    const bool pickled = fs::is_regular_file(d / "pytorch_model.bin", ec) ||
+                         fs::is_regular_file(d / "pytorch_model.bin.index.json", ec);
     throw UsageError(fmt::format(
-        "model.init_from '{}' has no model.safetensors (or model.safetensors.index.json)", dir));
+        "model.init_from '{}' has no model.safetensors (or model.safetensors.index.json){}", dir,
+        pickled ? fmt::format(
+                      "; it holds pytorch_model.bin, which ltrain does not unpickle: convert it "
+                      "once with ~/.cache/ltrain/venv/bin/python -c \"import transformers as t; "
+                      "t.AutoModelForCausalLM.from_pretrained('{}').save_pretrained('{}')\"",
+                      dir, dir)
+                : ""));
   }
   return files;
 }

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <filesystem>
 #include <fstream>
 
 #include "ltrain/common/errors.h"
@@ -51,8 +52,24 @@ std::string layerWhere(const config::LoadedConfig& lc, int line) {
   return fmt::format("{}:{}: ", src.substr(0, colon), line);
 }
 
+namespace {
+
+// A data.path that is not there, named where the config sets it (ltrain config says it too).
+void checkDataPath(const config::LoadedConfig& lc) {
+  const auto& d = lc.cfg.data;
+  const std::string& path = d.path;  // (the default location's absence is the loader's to name)
+  std::error_code ec;
+  if (path.empty() || d.dataset == "synthetic" || std::filesystem::exists(path, ec)) return;
+  throw UsageError(fmt::format("{}data.path '{}' does not exist: data.dataset {} reads {}",
+                               lc.where("data.path"), path, d.dataset,
+                               d.dataset == "text" ? "a text file" : "a directory"));
+}
+
+}  // namespace
+
 void preflight(const config::LoadedConfig& lc) {
   const auto& cfg = lc.cfg;
+  checkDataPath(lc);
   if (cfg.data.dataset == "chat" && config::isHfModelDir(cfg.model.init_from))
     data::checkChatMatchesModel(cfg.data.path, cfg.model.init_from);
   const bool pipeline = cfg.model.placement == config::Placement::kPipeline;

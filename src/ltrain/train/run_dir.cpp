@@ -52,10 +52,20 @@ RunDir prepareRunDir(const config::LoadedConfig& lc, const std::string& output_d
     // run); anything else stays, and the directory with it.
     if (create) io::removeOwned(rd.path, keep);
   } else if (status == "completed") {
+    // How to go on from it, since a finished run is not continued in place.
+    const std::string further =
+        newest ? fmt::format(
+                     "continue it into a new directory with a larger train.max_steps "
+                     "(train.resume={} --output-dir NEW)",
+                     *newest)
+               : fmt::format(
+                     "start a new run from its weights (model.init_from={}/"
+                     "model.safetensors --output-dir NEW)",
+                     rd.path);
     throw UsageError(
         fmt::format("run directory '{}' holds a finished run; pass --overwrite to replace "
-                    "it, or choose another --output-dir or name",
-                    rd.path));
+                    "it, choose another --output-dir or name, or {}",
+                    rd.path, further));
   } else if (newest && cfg.train.resume == "never") {
     throw UsageError(
         fmt::format("run directory '{}' holds checkpoints of an unfinished run; set "

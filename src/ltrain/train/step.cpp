@@ -135,9 +135,11 @@ StepResult TrainStep::skip(StepResult r, const StepPosition& at, int64_t micro_b
   if (!scaler_.enabled() && cfg_.train.nonfinite == config::NonFinite::kStop)
     throw std::runtime_error(fmt::format(
         "gradients are not finite at step {} (epoch {}, batches {}-{} of the epoch; loss on "
-        "rank {}: {}); train.nonfinite=skip would skip such steps",
+        "rank {}: {}): the run diverged; lower optimizer.lr (peak {:g}){}, or set "
+        "train.nonfinite=skip to skip a rare bad batch",
         at.step + 1, at.epoch + 1, at.batch_in_epoch, at.batch_in_epoch + micro_batches - 1,
-        at.rank, r.loss.item<double>()));
+        at.rank, r.loss.item<double>(), cfg_.optimizer.lr,
+        cfg_.train.clip_grad_norm > 0 ? "" : " or clip the gradients (train.clip_grad_norm: 1.0)"));
   plan_.zeroGradients();
   restoreBuffers(torch::Tensor());
   r.skipped = true;

@@ -205,16 +205,22 @@ void Trainer::applyThreads() {
     at::set_num_threads(static_cast<int>(rt_.intraOpThreads()));
 }
 
-// A rank that no ltrain launcher started (srun, mpirun, torchrun) writes its own
+// A rank that no ltrain launcher started (one process, srun, mpirun, torchrun) writes its own
 // logs/rank_N.log in the run directory, as the launcher does for its workers.
 void Trainer::attachRankLog() {
-  if (!rt_.distributed() || rt_.launched_by_ltrain || run_.path.empty()) return;
+  if (rt_.launched_by_ltrain || run_.path.empty()) return;
   const std::string path = fmt::format("{}/logs/rank_{}.log", run_.path, rt_.rank);
   std::error_code ec;
   std::filesystem::create_directories(run_.path + "/logs", ec);
   try {
     auto sink = std::make_shared<spdlog::sinks::basic_file_sink_mt>(path);
-    spdlog::default_logger()->sinks().push_back(sink);
+    // One run's file at a time: a process that trains again (a test, a sweep in-process) stops
+    // writing the previous run's.
+    static std::shared_ptr<spdlog::sinks::sink> previous;
+    auto& sinks = spdlog::default_logger()->sinks();
+    sinks.erase(std::remove(sinks.begin(), sinks.end(), previous), sinks.end());
+    previous = sink;
+    sinks.push_back(sink);
     setErrorLog(path);
   } catch (const spdlog::spdlog_ex& e) {
     reporter_.warn(fmt::format("cannot write '{}': {}", path, e.what()));
@@ -257,11 +263,15 @@ void Trainer::announce() {
   const auto& train = splits_.train;
   const std::string sync = plan_->summary().description;
   reporter_.info(fmt::format(
-      "{}: {} with {} parameters{}, {} training / {} {} {}, {} steps ({}{} epoch(s) of {}), {} "
+      "{}: {} with {} parameters{}{}, {} training / {} {} {}, {} steps ({}{} epoch(s) of {}), {} "
       "process(es) of {} thread(s){}",
       cfg_.name, cfg_.model.name, models::parameterCount(*models::wholeModel(model_)),
       model_->tp ? fmt::format(" ({} per tensor-parallel rank)", models::parameterCount(*model_))
                  : "",
+      // Where the weights start from (a resumed run says so above).
+      cfg_.model.init_from.empty() || run_.resume_from
+          ? ""
+          : fmt::format(" from {}", cfg_.model.init_from),
       train.size(), splits_.test.size(), heldOutName(splits_.test),
       train.tokens ? fmt::format("blocks of {} tokens (vocabulary {})", cfg_.model.block_size,
                                  train.num_classes)

@@ -172,7 +172,7 @@ Summary Trainer::stopOnSignal(double wall_s) {
   const char* name = stop_signal_ == SIGINT ? "SIGINT" : "SIGTERM";
   const bool save = cfg_.train.on_signal == config::OnSignal::kCheckpoint;
   if (save && last_ckpt_step_ != state_.step) checkpoint();
-  if (pg_) pg_->barrier(fmt::format("stop-{}", state_.step));
+  if (pg_) pg_->barrier(fmt::format("stop-{}", state_.step), /*stopping=*/true);
   reporter_.warn(fmt::format("stopped by {} after step {}{}", name, state_.step,
                              save ? fmt::format("; checkpoint {} holds it, and the next launch "
                                                 "resumes there",
