@@ -19,14 +19,24 @@ import re
 import sys
 from pathlib import Path
 
+import os
+
 try:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 except ImportError:
+    # Run as README says (scripts/plot.py, the system's python): go on in ltrain's environment,
+    # which scripts/setup.sh made and which has matplotlib.
+    venv = os.path.join(os.environ.get("LTRAIN_HOME", os.path.expanduser("~/.cache/ltrain")), "venv")
+    python = os.path.join(venv, "bin", "python")
+    if os.path.isfile(python) and os.path.realpath(sys.prefix) != os.path.realpath(venv) \
+            and not os.environ.get("LTRAIN_PLOT_REEXEC"):
+        os.environ["LTRAIN_PLOT_REEXEC"] = "1"  # once: a venv without matplotlib ends here
+        os.execv(python, [python, os.path.abspath(__file__)] + sys.argv[1:])
     print("plot.py: error: matplotlib is not installed "
-          "(pip install -r scripts/requirements.txt)", file=sys.stderr)
+          "(scripts/setup.sh makes ~/.cache/ltrain/venv with it)", file=sys.stderr)
     sys.exit(2)
 
 try:

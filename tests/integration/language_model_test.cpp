@@ -53,6 +53,7 @@ TEST_CASE("a character GPT learns: validation loss falls, reported with perplexi
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out + r.err, Contains("blocks of 32 tokens (vocabulary 20)"));
   CHECK_THAT(r.out + r.err, Contains("tokens/s"));
+  CHECK_THAT(r.out + r.err, Contains(" elapsed, ETA "));  // a piped log's times
   std::vector<double> val;
   for (const auto& rec : ltrain::test::metricRecords(dir / "run/metrics.jsonl", "val")) {
     CHECK(rec["perplexity"].get<double>() == Approx(std::exp(rec["loss"].get<double>())));

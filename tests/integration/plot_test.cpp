@@ -72,6 +72,13 @@ TEST_CASE("plot.py draws a run's loss and accuracy curves", "[plot]") {
   REQUIRE(elsewhere.exit_code == 0);
   requirePng(dir / "pngs/loss.png");
   requirePng(dir / "pngs/accuracy.png");
+
+  // As README runs it: the script itself, through its #! line's python3 (the system's, which
+  // may lack matplotlib: it goes on in ltrain's environment).
+  auto as_written = runProcess({kPlot, dir / "run", "--out", dir / "readme"});
+  INFO(as_written.err);
+  CHECK(as_written.exit_code == 0);
+  requirePng(dir / "readme/loss.png");
 }
 
 TEST_CASE("plot.py draws a sweep: the metric against each parameter, and every trial's curve",

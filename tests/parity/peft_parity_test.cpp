@@ -154,5 +154,11 @@ TEST_CASE("LoRA from a PEFT adapter trains as PEFT and PyTorch do, alone and und
   auto e = runProcess({LTRAIN_BINARY, "eval", "--run", dir / "lt1"});
   INFO(e.err);
   CHECK(e.exit_code == 0);
-  CHECK(e.out.find("perplexity") != std::string::npos);
+  CHECK(e.out.find("val_perplexity") != std::string::npos);
+  // eval scores the model as it starts too: the base with the adapter it starts from.
+  auto before = runProcess({LTRAIN_BINARY, "eval", config});
+  INFO(before.err);
+  CHECK(before.exit_code == 0);
+  CHECK(before.out.find("val_loss") != std::string::npos);
+  CHECK(before.out != e.out);
 }

@@ -8,6 +8,7 @@
 #include "ltrain/checkpoint/checkpoint.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/io/safetensors.h"
+#include "ltrain/models/hf_checkpoint.h"
 #include "ltrain/models/lora.h"
 
 namespace ltrain::inference {
@@ -18,7 +19,7 @@ TrainedClassifier loadTrainedClassifier(const config::LoadedConfig& lc,
   if (cfg.train.threads > 0) at::set_num_threads(static_cast<int>(cfg.train.threads));
   std::error_code ec;
   const bool shards = std::filesystem::exists(weights + "/index.json", ec);  // dist.zero 3's
-  if (!shards && !std::filesystem::is_regular_file(weights, ec))
+  if (!weights.empty() && !shards && !std::filesystem::is_regular_file(weights, ec))
     throw UsageError(
         std::filesystem::is_directory(weights, ec)
             ? fmt::format("--checkpoint '{}' is a directory, expected a .pt or .safetensors file "
@@ -31,14 +32,19 @@ TrainedClassifier loadTrainedClassifier(const config::LoadedConfig& lc,
   torch::manual_seed(static_cast<uint64_t>(cfg.seed));
   t.model = models::build(cfg.model, t.splits.train.exampleShape(), t.splits.train.num_classes,
                           t.splits.train.tokens);
-  if (cfg.finetune.method == "lora") models::applyLora(t.model, cfg.lora);  // saved with them
-  const bool safetensors =
-      weights.size() > 12 && weights.substr(weights.size() - 12) == ".safetensors";
-  if (safetensors)
-    io::loadModuleState(*t.model, weights);
-  else
-    checkpoint::loadCheckpointModel(weights,
-                                    *t.model);  // read onto the CPU, whatever device saved it
+  const bool lora = cfg.finetune.method == "lora";
+  if (weights.empty()) {  // the model as it starts: model.init_from (and its adapter)
+    models::loadInitialWeights(t.model, cfg.model);
+    if (lora) models::applyLora(t.model, cfg.lora);
+    if (!cfg.finetune.adapter_from.empty())
+      models::loadAdapter(t.model, cfg.model, cfg.finetune.adapter_from);
+  } else {
+    if (lora) models::applyLora(t.model, cfg.lora);  // the weights hold the adapters too
+    if (weights.size() > 12 && weights.substr(weights.size() - 12) == ".safetensors")
+      io::loadModuleState(*t.model, weights);
+    else  // read onto the CPU, whatever device saved it
+      checkpoint::loadCheckpointModel(weights, *t.model);
+  }
   t.devices = compute::chooseDevices(cfg, distributed::Runtime{});
   compute::bindDevice(t.devices.main);
   compute::placeModel(t.model, cfg.model, t.devices);

@@ -9,7 +9,6 @@
 #include <cstring>
 
 namespace ltrain::train {
-namespace {
 
 std::string clockTime(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "--:--";
@@ -17,8 +16,6 @@ std::string clockTime(double seconds) {
   return s >= 3600 ? fmt::format("{}:{:02d}:{:02d}", s / 3600, s / 60 % 60, s % 60)
                    : fmt::format("{:d}:{:02d}", s / 60, s % 60);
 }
-
-}  // namespace
 
 ProgressBar::ProgressBar(bool main_rank) {
   const char* term = std::getenv("TERM");

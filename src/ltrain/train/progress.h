@@ -9,6 +9,9 @@
 
 namespace ltrain::train {
 
+// "m:ss", or "h:mm:ss" from an hour; "--:--" for a time not known (NaN, negative).
+std::string clockTime(double seconds);
+
 class ProgressBar {
  public:
   explicit ProgressBar(bool main_rank);

@@ -10,6 +10,7 @@
 
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
+#include "ltrain/train/progress.h"
 
 namespace ltrain::train {
 
@@ -50,13 +51,15 @@ void Reporter::progress(int64_t epoch, int64_t epochs, int64_t step, int64_t tot
 void Reporter::train(const TrainReport& r) {
   if (!main_ || !tensorboard_) return;
   const bool tokens = r.tokens_per_sample > 1;
-  // On a terminal the bar says this; elsewhere a log line does.
+  // On a terminal the bar says this; elsewhere (a pipe, a file, a cluster's log) a log line
+  // does, with the time so far and to go.
   if (!bar_.enabled())
-    spdlog::info("ep {}/{} step {}/{} | loss {:.4f} | lr {:.3g} | {:.0f} {}/s{}", r.epoch + 1,
-                 r.epochs, r.step, r.total_steps, r.loss, r.lr,
-                 r.samples_per_s * static_cast<double>(r.tokens_per_sample),
-                 tokens ? "tokens" : "samples",
-                 r.mfu ? fmt::format(" | mfu {:.1f}%", 100 * *r.mfu) : "");
+    spdlog::info(
+        "ep {}/{} step {}/{} | loss {:.4f} | lr {:.3g} | {:.0f} {}/s{} | {} elapsed, ETA {}",
+        r.epoch + 1, r.epochs, r.step, r.total_steps, r.loss, r.lr,
+        r.samples_per_s * static_cast<double>(r.tokens_per_sample), tokens ? "tokens" : "samples",
+        r.mfu ? fmt::format(" | mfu {:.1f}%", 100 * *r.mfu) : "", clockTime(r.elapsed_s),
+        clockTime(r.eta_s));
   std::vector<std::pair<std::string, double>> tb{
       {"train/loss", r.loss},
       {"train/lr", r.lr},

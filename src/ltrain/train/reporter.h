@@ -2,6 +2,7 @@
 // lines or the live progress bar, metrics.jsonl, TensorBoard and summary.json. Other ranks hold
 // a Reporter that says nothing.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -21,6 +22,8 @@ struct TrainReport {
   double data_wait_ms_per_step = 0, data_wait_share = 0;
   int64_t skipped_steps = 0;
   int64_t tokens_per_sample = 1;               // language models: the block length
+  double elapsed_s = 0;                        // since the run (this attempt) started
+  double eta_s = std::nan("");                 // to its last step, at this attempt's pace
   std::optional<double> loss_scale;            // fp16
   std::optional<double> collectives_per_step;  // several processes
   std::optional<double> comm_wait_ms_per_step;
