@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Configures (once) and builds ltrain and its tests with CMake + Ninja into build/ (Release).
+#   scripts/build.sh [TARGET...]   only these targets (scripts/train.sh: ltrain and its CUDA plugin)
 # ccache keeps CI's fresh-clone rebuilds cheap; the base directory makes its hits path-independent.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,4 +28,6 @@ if [ ! -f "$build/build.ninja" ]; then
 fi
 # One compile at a time per core; LibTorch translation units take over 1 GiB each. Ninja prints
 # one "[done/total] Building ..." line per finished step, so a long first build shows its progress.
-cmake --build "$build" -j "${LTRAIN_JOBS:-$(nproc)}"
+targets=()
+[ $# -gt 0 ] && targets=(--target "$@")
+cmake --build "$build" -j "${LTRAIN_JOBS:-$(nproc)}" "${targets[@]}"

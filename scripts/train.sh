@@ -4,9 +4,10 @@
 # --nproc-per-node is given. Each run gets a fresh directory under runs/ unless --output-dir is given.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-"$root/scripts/setup.sh"
+# Only what training needs: no test tools, no test binaries (scripts/test.sh adds them).
+"$root/scripts/setup.sh" --train
 # The build's progress shows: a first build takes minutes (an up-to-date one is a line).
-"$root/scripts/build.sh"
+"$root/scripts/build.sh" ltrain ltrain_cuda
 config=configs/quickstart.yaml
 if [ $# -gt 0 ] && [[ "$1" != *=* ]] && [[ "$1" != -* ]]; then config=$1; shift; fi
 cd "$root"

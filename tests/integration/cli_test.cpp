@@ -86,7 +86,7 @@ TEST_CASE("every config error exits 2 with one line naming the thing") {
        "fashion_mnist|mnist|cifar10|cifar100|csv|text|tokens|chat|image_folder|image_list|"
        "synthetic"},
       {"", {"data.dataset=mnist"}, "data.path must name the directory"},
-      {"", {"data.path=/nonexistent/dir"}, "data.path '/nonexistent/dir' is not a directory"},
+      {"", {"data.path=/nonexistent/dir"}, "data.path '/nonexistent/dir' does not exist"},
   };
   for (const auto& c : cases) {
     writeText(dir / "c.yaml", c.yaml);

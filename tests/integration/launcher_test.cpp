@@ -97,11 +97,14 @@ TEST_CASE("with a restart left, the job resumes from its checkpoint and every st
 TEST_CASE("a worker's bad input is reported with exit code 2 and not restarted", "[dist]") {
   TempDir dir;
   ltrain::test::writeText(dir / "c.yaml", "name: k\n");
-  auto r = runLtrain({"train", dir / "c.yaml", "data.path=" + (dir / "nothing"), "--nproc-per-node",
+  // A directory without the dataset's files: found by the workers as they load the data (a
+  // data.path that does not exist is refused before any worker starts).
+  std::filesystem::create_directories(dir / "empty");
+  auto r = runLtrain({"train", dir / "c.yaml", "data.path=" + (dir / "empty"), "--nproc-per-node",
                       "2", "--max-restarts", "3", "--output-dir", dir / "run"});
   CHECK(r.exit_code == 2);
   CHECK_THAT(r.err, Contains("not restarting"));
-  CHECK_THAT(r.err, Contains("is not a directory"));
+  CHECK_THAT(r.err, Contains("train-images-idx3-ubyte.gz' not found"));
   CHECK(ltrain::test::countLines(r.err) == 1);  // one line, as from a single process
 }
 
