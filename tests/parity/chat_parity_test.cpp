@@ -11,6 +11,7 @@
 
 #include "ltrain/io/safetensors.h"
 #include "support/process.h"
+#include "support/reference_run.h"
 #include "support/run_files.h"
 #include "test_paths.h"
 
@@ -42,30 +43,13 @@ void makeChatModel(const std::string& dir, const std::string& vocab = "380") {
 void trainBoth(const TempDir& dir, const std::string& config, const std::string& base,
                const std::string& n, const std::string& tag) {
   const std::string py = dir / ("py_" + tag), lt = dir / ("lt_" + tag);
-  std::vector<std::string> ref =
-      n == "1" ? std::vector<std::string>{LTRAIN_PYTHON}
-               : std::vector<std::string>{LTRAIN_TORCHRUN, "--standalone", "--nproc-per-node", n};
-  const std::vector<std::string> args{kSrc + "/bench/reference/train_ref.py",
-                                      config,
-                                      "--ltrain",
-                                      LTRAIN_BINARY,
-                                      "--init",
-                                      base + "/model.safetensors",
-                                      "--out",
-                                      py};
-  ref.insert(ref.end(), args.begin(), args.end());
-  run(ref, {{"OMP_NUM_THREADS", "1"}});
-  run({LTRAIN_BINARY, "train", config, "--nproc-per-node", n, "--output-dir", lt});
-  auto a = ltrain::test::trainLosses(py + "/metrics.jsonl");
-  auto b = ltrain::test::trainLosses(lt + "/metrics.jsonl");
+  const auto losses =
+      ltrain::test::trainBesideReference(config, base + "/model.safetensors", std::stoi(n), py, lt);
+  const auto& a = losses.reference;
   REQUIRE(a.size() == 12);
-  REQUIRE(b.size() == 12);
-  double worst = 0;
-  for (auto& [step, loss] : a) worst = std::max(worst, std::abs(loss - b[step]) / std::abs(loss));
-  INFO(tag << ": worst relative loss difference " << worst << "; step 1: " << a[1] << " vs " << b[1]
-           << ", step 12: " << a[12] << " vs " << b[12]);
-  CHECK(worst <= 1e-5);
-  CHECK(a[12] < a[1]);
+  INFO(tag << ": " << losses.describe());
+  CHECK(losses.worstRelative() <= 1e-5);
+  CHECK(a.at(12) < a.at(1));
   // The validation loss, over the learned tokens only.
   const double va = ltrain::test::summaryValue(py, "test_loss"),
                vb = ltrain::test::summaryValue(lt, "test_loss");

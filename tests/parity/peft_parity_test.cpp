@@ -13,6 +13,7 @@
 #include "ltrain/models/lora.h"
 #include "ltrain/models/model.h"
 #include "support/process.h"
+#include "support/reference_run.h"
 #include "support/run_files.h"
 #include "test_paths.h"
 
@@ -67,32 +68,13 @@ TEST_CASE("LoRA from a PEFT adapter trains as PEFT and PyTorch do, alone and und
   for (const std::string n : {"1", "2"}) {
     INFO(n << " process(es)");
     const std::string py = dir / ("py" + n), lt = dir / ("lt" + n), peft = dir / ("peft" + n);
-    std::vector<std::string> ref{kSrc + "/bench/reference/train_ref.py",
-                                 config,
-                                 "--ltrain",
-                                 LTRAIN_BINARY,
-                                 "--init",
-                                 base + "/model.safetensors",
-                                 "--out",
-                                 py};
-    const std::vector<std::string> launcher =
-        n == "1"
-            ? std::vector<std::string>{LTRAIN_PYTHON}
-            : std::vector<std::string>{LTRAIN_TORCHRUN, "--standalone", "--nproc-per-node", "2"};
-    ref.insert(ref.begin(), launcher.begin(), launcher.end());
-    run(ref, {{"OMP_NUM_THREADS", "1"}});
-    run({LTRAIN_BINARY, "train", config, "--nproc-per-node", n, "--output-dir", lt});
-
-    auto a = ltrain::test::trainLosses(py + "/metrics.jsonl");
-    auto b = ltrain::test::trainLosses(lt + "/metrics.jsonl");
+    const auto losses = ltrain::test::trainBesideReference(config, base + "/model.safetensors",
+                                                           std::stoi(n), py, lt);
+    const auto& a = losses.reference;
     REQUIRE(a.size() == 20);
-    REQUIRE(b.size() == 20);
-    double worst = 0;
-    for (auto& [step, loss] : a) worst = std::max(worst, std::abs(loss - b[step]) / std::abs(loss));
-    INFO("worst relative loss difference " << worst << "; step 1: " << a[1] << " vs " << b[1]
-                                           << ", step 20: " << a[20] << " vs " << b[20]);
-    CHECK(worst <= 1e-5);
-    CHECK(a[20] < a[1]);  // it trained
+    INFO(losses.describe());
+    CHECK(losses.worstRelative() <= 1e-5);
+    CHECK(a.at(20) < a.at(1));  // it trained
 
     // The adapters PEFT trained, under its names, against ltrain's export of its own.
     run({LTRAIN_BINARY, "export", "--run", lt, "--peft", peft});
