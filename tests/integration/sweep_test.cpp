@@ -164,6 +164,28 @@ TEST_CASE("trials can be multi-process and run side by side, each on its own por
   CHECK(ltrain::test::readJson(dir / "m/002-lr=0.01/summary.json")["world_size"] == 2);
 }
 
+TEST_CASE("a trial that did not learn is flagged, not just ranked last") {
+  TempDir dir;
+  writeSweep(dir, 1024, 1);
+  auto r = runLtrain({"train", dir / "base.yaml", "-m", "optimizer.lr=0.1,1e-9",
+                      "data.batch_size=16", "train.log_every=4", "--output-dir", dir / "m"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  // The trial at lr 1e-9 is flagged where it finishes and in the table; the one at 0.1 is not.
+  std::istringstream lines(r.out);
+  int flagged = 0;
+  for (std::string line; std::getline(lines, line);)
+    if (line.find("; it did not learn (training loss") != std::string::npos) {
+      ++flagged;
+      CHECK_THAT(line, Contains("trial 002-"));
+    }
+  CHECK(flagged == 1);
+  const std::string md = readText(dir / "m/sweep_summary.md");
+  CHECK_THAT(md, Contains("| completed (did not learn) |"));
+  CHECK(md.find("did not learn") == md.rfind("did not learn"));
+  CHECK_THAT(r.out, Contains("2 of 2 trials completed, 1 of them did not learn"));
+}
+
 TEST_CASE("a failing trial is recorded with its error and the sweep goes on") {
   TempDir dir;
   writeSweep(dir, 256, 1);

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -43,6 +44,16 @@ struct Outcome {
   std::map<std::string, double> metrics;
   std::string error;
   double seconds = 0;
+  // The training loss's first and last quarters of reports (metrics.jsonl), each averaged so
+  // that one noisy window decides nothing.
+  double early_loss = std::nan(""), late_loss = std::nan("");
+  // A completed trial whose training loss fell by less than 3% from its first quarter of reports
+  // to its last: it did not learn (a learning rate far too low or too high, a model left at
+  // chance), which its place in the ranking alone would not say. Four reports at least.
+  bool didNotLearn() const {
+    return status == "completed" && std::isfinite(early_loss) && std::isfinite(late_loss) &&
+           late_loss >= 0.97 * early_loss;
+  }
 };
 
 Outcome readOutcome(const std::string& run_dir) {
@@ -58,6 +69,19 @@ Outcome readOutcome(const std::string& run_dir) {
   for (const auto& m : kMetrics)
     if (j.contains(m) && j[m].is_number()) o.metrics[m] = j[m].get<double>();
   if (j.contains("error") && j["error"].is_string()) o.error = j["error"].get<std::string>();
+  std::ifstream metrics(run_dir + "/metrics.jsonl");
+  std::vector<double> losses;
+  for (std::string line; std::getline(metrics, line);) {
+    const io::Json r = io::parseJsonOrDiscard(line);
+    if (r.is_object() && r.value("split", "") == "train" && r.contains("loss") &&
+        r["loss"].is_number())
+      losses.push_back(r["loss"].get<double>());
+  }
+  if (losses.size() >= 4) {
+    const auto q = static_cast<std::ptrdiff_t>(losses.size() / 4);
+    o.early_loss = std::accumulate(losses.begin(), losses.begin() + q, 0.0) / q;
+    o.late_loss = std::accumulate(losses.end() - q, losses.end(), 0.0) / q;
+  }
   return o;
 }
 
@@ -295,8 +319,12 @@ class Runner {
     o.seconds = seconds;
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (code == 0 && o.status == "completed") {
-      say(fmt::format("trial {} completed: {} {} ({:.1f} s)", trials_[i].shortName(), spec_.metric,
-                      metricText(o, spec_.metric), seconds));
+      say(fmt::format("trial {} completed: {} {} ({:.1f} s){}", trials_[i].shortName(),
+                      spec_.metric, metricText(o, spec_.metric), seconds,
+                      o.didNotLearn() ? fmt::format("; it did not learn (training loss {:.4g} over "
+                                                    "its first quarter, {:.4g} over its last)",
+                                                    o.early_loss, o.late_loss)
+                                      : ""));
     } else if (code == 128 + SIGTERM || code == 128 + SIGINT) {
       o.status = "interrupted";
       say(fmt::format("trial {} interrupted: it resumes when the sweep runs again",
@@ -354,13 +382,16 @@ class Runner {
     for (size_t i : order) {
       md += fmt::format("| {} | {} |", value(i) ? std::to_string(++rank) : "-", trials_[i].number);
       for (const auto& [k, v] : trials_[i].values) md += " " + v + " |";
-      md += fmt::format(" {} | {} |\n", value(i) ? metricText(outcomes_[i], spec_.metric) : "-",
-                        outcomes_[i].status);
+      md += fmt::format(" {} | {}{} |\n", value(i) ? metricText(outcomes_[i], spec_.metric) : "-",
+                        outcomes_[i].status, outcomes_[i].didNotLearn() ? " (did not learn)" : "");
     }
     io::writeFileAtomic(spec_.dir + "/sweep_summary.md", md);
     fmt::print("\n{}\n", md);
-    fmt::print("sweep: {} ({} of {} trials completed; summary in {}/sweep_summary.csv)\n",
-               spec_.dir, rank, trials_.size(), spec_.dir);
+    const auto stuck = std::count_if(outcomes_.begin(), outcomes_.end(),
+                                     [](const Outcome& o) { return o.didNotLearn(); });
+    fmt::print("sweep: {} ({} of {} trials completed{}; summary in {}/sweep_summary.csv)\n",
+               spec_.dir, rank, trials_.size(),
+               stuck ? fmt::format(", {} of them did not learn", stuck) : "", spec_.dir);
   }
 
   static void say(const std::string& line) { fmt::print("sweep: {}\n", line), std::fflush(stdout); }
