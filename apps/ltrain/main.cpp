@@ -145,24 +145,22 @@ int cmdMultirun(const Args& a) {
   return ltrain::sweep::runSweep(spec, selfExe());
 }
 
-// eval and predict: the config and weights given, or a run directory's. `or_init_from` (eval):
-// no weights is the model as it starts, when the config names model.init_from.
-ltrain::inference::RunFiles evalFiles(const Args& a, bool or_init_from = false) {
-  auto f = ltrain::inference::resolveRun({a.config, a.overrides, a.checkpoint, a.run_dir, ""});
-  if (f.weights.empty() &&
-      !(or_init_from && !f.config.empty() &&
-        !ltrain::config::loadConfig(f.config, a.overrides).cfg.model.init_from.empty()))
-    throw ltrain::UsageError(fmt::format(
-        "expected --checkpoint PATH (a checkpoint .pt or a model.safetensors) or --run RUN_DIR{}",
-        or_init_from ? ", or a config with model.init_from (the model before training)" : ""));
-  return f;
+// eval and predict: the config and weights given, or a run directory's.
+ltrain::inference::RunFiles evalFiles(const Args& a) {
+  return ltrain::inference::resolveRun({a.config, a.overrides, a.checkpoint, a.run_dir, ""});
 }
 
+const char* const kNoWeights =
+    "expected --checkpoint PATH (a checkpoint .pt or a model.safetensors) or --run RUN_DIR";
+
 int cmdEval(const Args& a) {
+  const auto files = evalFiles(a);
+  auto lc = ltrain::config::loadConfig(files.config, a.overrides);
   // No weights but model.init_from: the model as it starts (a Hugging Face model before tuning,
   // with finetune.adapter_from's adapter), on the config's data (a text file to score).
-  const auto files = evalFiles(a, /*or_init_from=*/true);
-  auto lc = ltrain::config::loadConfig(files.config, a.overrides);
+  if (files.weights.empty() && lc.cfg.model.init_from.empty())
+    throw ltrain::UsageError(fmt::format(
+        "{}, or a config with model.init_from (the model before training)", kNoWeights));
   spdlog::set_pattern("[%H:%M:%S] %v");
   auto r = ltrain::train::evaluateWeights(lc, files.weights);
   // A language model's held-out split is its text's validation part: also its perplexity.
@@ -175,6 +173,7 @@ int cmdPredict(Args& a) {
   spdlog::set_pattern("[%H:%M:%S] %v");
   auto& req = a.predict;
   const auto files = evalFiles(a);
+  if (files.weights.empty()) throw ltrain::UsageError(kNoWeights);
   req.config = files.config, req.overrides = a.overrides, req.checkpoint = files.weights;
   const auto s = ltrain::inference::runPredict(req);
   fmt::print(

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,6 +34,17 @@ std::string setOne(const LoadedConfig& lc, const std::string& a, const std::stri
 }
 
 namespace {
+
+// The refusals of one rule: each names the key that breaks it (or the rule's own key, where the
+// YAML leaves that one to its default) and leads with the rule ("dist.tensor_parallel 2 ...").
+std::function<void(const std::string&, const std::string&)> refusalsOf(const LoadedConfig& lc,
+                                                                       std::string rule_key,
+                                                                       std::string lead) {
+  return [&lc, rule_key = std::move(rule_key), lead = std::move(lead)](const std::string& key,
+                                                                       const std::string& why) {
+    refuse(lc, setOne(lc, key, rule_key), lead + " " + why);
+  };
+}
 
 void modelAgainstData(const LoadedConfig& lc) {
   const ExperimentConfig& c = lc.cfg;
@@ -218,10 +230,7 @@ void tensorParallel(const LoadedConfig& lc) {
              "dist.tensor_parallel to 2 or more");
     return;
   }
-  auto no = [&](const std::string& key, const std::string& why) {
-    refuse(lc, setOne(lc, key, "dist.tensor_parallel"),
-           fmt::format("dist.tensor_parallel {} {}", n, why));
-  };
+  const auto no = refusalsOf(lc, "dist.tensor_parallel", fmt::format("dist.tensor_parallel {}", n));
   const auto* spec = models::findModelSpec(c.model.name);
   if (!spec || !spec->traits.tensor_parallel)
     no("model.name",
@@ -259,9 +268,7 @@ void finetune(const LoadedConfig& lc) {
                        "finetune.method: lora",
                        c.finetune.method));
   if (c.finetune.method != "lora") return;
-  auto no = [&](const std::string& key, const std::string& why) {
-    refuse(lc, setOne(lc, key, "finetune.method"), "finetune.method lora " + why);
-  };
+  const auto no = refusalsOf(lc, "finetune.method", "finetune.method lora");
   if (!modelFamily(c.model.name).tensor_parallel)
     no("model.name",
        fmt::format("adapts the linears of {}, not model.name {}",

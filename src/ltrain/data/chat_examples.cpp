@@ -7,7 +7,7 @@
 #include <filesystem>
 
 #include "ltrain/common/errors.h"
-#include "ltrain/data/codec.h"
+#include "ltrain/data/token_shards.h"
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
 #include "ltrain/io/safetensors.h"
@@ -124,19 +124,11 @@ std::string templateOf(const fs::path& dir) {
 
 }  // namespace
 
-Splits loadChat(const config::DataConfig& cfg, int64_t block_size, int64_t vocab) {
+Splits loadChat(const config::DataConfig& cfg, int64_t block_size, int64_t vocab_size) {
   const fs::path dir(cfg.path);
-  const std::string tok = (dir / "tokenizer.json").string();
-  std::error_code ec;
-  if (vocab <= 0) {
-    if (!fs::is_regular_file(tok, ec))
-      throw UsageError(fmt::format(
-          "model.vocab_size is not set and data.path '{}' has no tokenizer.json to take it from",
-          cfg.path));
-    vocab = tokenizerVocabSize(tok);
-  }
+  const auto [vocab, tokenizer] = dataVocabulary(cfg.path, vocab_size);
   Splits out;
-  if (fs::is_regular_file(tok, ec)) out.tokenizer_file = tok;
+  out.tokenizer_file = tokenizer;
   for (auto [split, name] :
        {std::pair{&out.train, "train.safetensors"}, std::pair{&out.test, "val.safetensors"}}) {
     split->source = openExamples((dir / name).string(), block_size, vocab);

@@ -201,23 +201,23 @@ void TokenBlocks::gather(const int64_t* indices, int64_t count, torch::Tensor& i
   }
 }
 
-Splits loadTokens(const config::DataConfig& cfg, int64_t block_size, int64_t vocab) {
+DataVocabulary dataVocabulary(const std::string& dir, int64_t vocab) {
   namespace fs = std::filesystem;
-  if (vocab <= 0) {
-    const std::string tok = (fs::path(cfg.path) / "tokenizer.json").string();
-    std::error_code ec;
-    if (!fs::is_regular_file(tok, ec))
-      throw UsageError(fmt::format(
-          "model.vocab_size is not set and data.path '{}' has no tokenizer.json to take it from: "
-          "set model.vocab_size to the tokenizer's vocabulary (50257 for GPT-2's)",
-          cfg.path));
-    vocab = tokenizerVocabSize(tok);
-  }
-  Splits out;
+  const std::string tok = (fs::path(dir) / "tokenizer.json").string();
   std::error_code ec;
-  if (const auto tok = (fs::path(cfg.path) / "tokenizer.json").string();
-      fs::is_regular_file(tok, ec))
-    out.tokenizer_file = tok;
+  const bool has = fs::is_regular_file(tok, ec);
+  if (vocab <= 0 && !has)
+    throw UsageError(fmt::format(
+        "model.vocab_size is not set and data.path '{}' has no tokenizer.json to take it from: "
+        "set model.vocab_size to the tokenizer's vocabulary (50257 for GPT-2's)",
+        dir));
+  return {vocab > 0 ? vocab : tokenizerVocabSize(tok), has ? tok : ""};
+}
+
+Splits loadTokens(const config::DataConfig& cfg, int64_t block_size, int64_t vocab_size) {
+  const auto [vocab, tokenizer] = dataVocabulary(cfg.path, vocab_size);
+  Splits out;
+  out.tokenizer_file = tokenizer;
   for (auto [split, key, pattern] : {std::tuple{&out.train, "data.train_files", cfg.train_files},
                                      std::tuple{&out.test, "data.val_files", cfg.val_files}}) {
     std::vector<TokenShard> shards;

@@ -56,6 +56,14 @@ class TokenBlocks final : public ExampleSource {
   int64_t block_size_, total_ = 0, offset_ = 0;
 };
 
+// The vocabulary of pre-tokenised data in `dir`: `vocab` (model.vocab_size) when set, else the size
+// of dir's tokenizer.json (UsageError when there is none); and that file, "" when absent.
+struct DataVocabulary {
+  int64_t size;
+  std::string tokenizer_file;
+};
+DataVocabulary dataVocabulary(const std::string& dir, int64_t vocab);
+
 // Train and validation splits (data.train_files, data.val_files under data.path) for a model of
 // `vocab` tokens (0: the size of data.path's tokenizer.json).
 Splits loadTokens(const config::DataConfig& cfg, int64_t block_size, int64_t vocab);

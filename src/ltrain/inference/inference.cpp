@@ -171,28 +171,23 @@ LoadedModel loadTrainedModel(const InferenceRequest& req, bool need_codec, bool 
   torch::manual_seed(static_cast<uint64_t>(cfg.seed));
   config::ModelConfig m = cfg.model;
   m.placement = config::Placement::kSingle;  // one device: decoding is sequential anyway
-  // (a file, or dist.zero 3's step-N.shards directory: checked above)
-  // (LoRA: the adapters are added to a whole model; a tuned base is small enough to hold.)
-  const bool lora = cfg.finetune.method == "lora";
-  streamed = streamed && !lora && !lm.weights.empty() &&
+  // (a file, or dist.zero 3's step-N.shards directory: checked above; LoRA's adapters are added
+  // to a whole model, and a tuned base is small enough to hold)
+  streamed = streamed && cfg.finetune.method != "lora" && !lm.weights.empty() &&
              (isSafetensors(lm.weights) || checkpoint::isShardedCheckpoint(lm.weights));
   lm.model = models::build(m, {cfg.model.block_size}, lm.vocab, /*tokens=*/true, streamed);
-  if (lora && lm.weights.empty()) {  // the base and the adapter it starts from
-    models::loadInitialWeights(lm.model, cfg.model);
-    models::applyLora(lm.model, cfg.lora);
-    if (!cfg.finetune.adapter_from.empty())
-      models::loadAdapter(lm.model, cfg.model, cfg.finetune.adapter_from);
-    return lm;
-  }
-  if (lora) models::applyLora(lm.model, cfg.lora);  // the weights hold the adapters too
-  if (streamed)
+  // LoRA adapters go on before a run's weights, which hold them, and after init_from's base.
+  if (!lm.weights.empty()) models::applyFinetuning(lm.model, cfg, /*starting=*/false);
+  if (streamed) {
     lm.values = streamedValues(lm.weights, lm.model);
-  else if (lm.weights.empty())
+  } else if (lm.weights.empty()) {
     models::loadInitialWeights(lm.model, cfg.model);
-  else if (isSafetensors(lm.weights))
+    models::applyFinetuning(lm.model, cfg, /*starting=*/true);
+  } else if (isSafetensors(lm.weights)) {
     io::loadModuleState(*lm.model, lm.weights);
-  else
+  } else {
     loadCheckpointModel(lm.weights, *lm.model);
+  }
   return lm;
 }
 
@@ -227,13 +222,13 @@ void runGenerate(const InferenceRequest& req, const std::string& prompt,
 
 namespace {
 
-// Whether the run's tokenizer is model.init_from's own (a run on data cut with the model's
+// Whether the run's tokenizer.json is model.init_from's own (a run on data cut with the model's
 // tokenizer): then the model's special tokens and chat template still hold for the export.
-bool sameTokenizerAsSource(const std::string& tokenizer_file, const std::string& init_from) {
+bool isSourceTokenizer(const std::string& tokenizer, const std::string& init_from) {
   std::error_code ec;
   const fs::path theirs = fs::path(init_from) / "tokenizer.json";
-  return !tokenizer_file.empty() && config::isHfModelDir(init_from) &&
-         fs::is_regular_file(theirs, ec) && io::readFile(tokenizer_file) == io::readFile(theirs);
+  return config::isHfModelDir(init_from) && fs::is_regular_file(theirs, ec) &&
+         tokenizer == io::readFile(theirs.string());
 }
 
 // The source's tokenizer files (its special tokens, its chat template) and its bos, eos and pad
@@ -279,14 +274,14 @@ void runExport(const InferenceRequest& req, const std::string& hf_dir,
     max_positions = j.value("max_position_embeddings", int64_t{0});
   }
   models::exportHf(lm.model, cfg.model, lm.vocab, hf_dir, max_positions, lm.values);
-  if (sameTokenizerAsSource(lm.tokenizer_file, cfg.model.init_from)) {
-    io::writeFileAtomic(hf_dir + "/tokenizer.json", io::readFile(lm.tokenizer_file));
-    carrySourceTokenizer(cfg.model.init_from, hf_dir);
-  } else if (!lm.tokenizer_file.empty() &&
-             fs::path(lm.tokenizer_file).filename() == "tokenizer.json") {
-    io::writeFileAtomic(hf_dir + "/tokenizer.json", io::readFile(lm.tokenizer_file));
-    io::writeFileAtomic(hf_dir + "/tokenizer_config.json",
-                        "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\"\n}\n");
+  if (!lm.tokenizer_file.empty() && fs::path(lm.tokenizer_file).filename() == "tokenizer.json") {
+    const std::string tokenizer = io::readFile(lm.tokenizer_file);
+    io::writeFileAtomic(hf_dir + "/tokenizer.json", tokenizer);
+    if (isSourceTokenizer(tokenizer, cfg.model.init_from))
+      carrySourceTokenizer(cfg.model.init_from, hf_dir);
+    else
+      io::writeFileAtomic(hf_dir + "/tokenizer_config.json",
+                          "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\"\n}\n");
   } else if (!lm.tokenizer_file.empty()) {
     io::writeFileAtomic(hf_dir + "/vocabulary.json", io::readFile(lm.tokenizer_file));
   }

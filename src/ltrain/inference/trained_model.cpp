@@ -32,14 +32,11 @@ TrainedClassifier loadTrainedClassifier(const config::LoadedConfig& lc,
   torch::manual_seed(static_cast<uint64_t>(cfg.seed));
   t.model = models::build(cfg.model, t.splits.train.exampleShape(), t.splits.train.num_classes,
                           t.splits.train.tokens);
-  const bool lora = cfg.finetune.method == "lora";
   if (weights.empty()) {  // the model as it starts: model.init_from (and its adapter)
     models::loadInitialWeights(t.model, cfg.model);
-    if (lora) models::applyLora(t.model, cfg.lora);
-    if (!cfg.finetune.adapter_from.empty())
-      models::loadAdapter(t.model, cfg.model, cfg.finetune.adapter_from);
+    models::applyFinetuning(t.model, cfg, /*starting=*/true);
   } else {
-    if (lora) models::applyLora(t.model, cfg.lora);  // the weights hold the adapters too
+    models::applyFinetuning(t.model, cfg, /*starting=*/false);  // the weights hold the adapters
     if (weights.size() > 12 && weights.substr(weights.size() - 12) == ".safetensors")
       io::loadModuleState(*t.model, weights);
     else  // read onto the CPU, whatever device saved it

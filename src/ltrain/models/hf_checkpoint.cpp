@@ -20,6 +20,7 @@ namespace fs = std::filesystem;
 
 namespace ltrain::models {
 
+// The family's name for an ltrain parameter name (models/<family>/spec.cpp).
 HfName hfName(const config::ModelConfig& cfg, const std::string& name) {
   const auto* spec = findModelSpec(cfg.name);
   return spec && spec->hf.name ? spec->hf.name(name, cfg) : HfName{name};
@@ -31,7 +32,6 @@ bool endsWith(const std::string& s, const std::string& tail) {
   return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
 }
 
-// The family's name for an ltrain parameter name (models/<family>/spec.cpp).
 // Tensors of a checkpoint that carry no weights ltrain has: GPT-2's causal-mask buffers, old
 // Llama checkpoints' rotary frequencies, a tied head saved twice.
 bool ignorable(const std::string& name, bool tied) {

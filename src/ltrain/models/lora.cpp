@@ -102,6 +102,15 @@ LoraSummary applyLora(Classifier& model, const config::LoraConfig& cfg) {
   return s;
 }
 
+std::optional<LoraSummary> applyFinetuning(Classifier& model, const config::ExperimentConfig& cfg,
+                                           bool starting) {
+  if (cfg.finetune.method != "lora") return std::nullopt;
+  auto s = applyLora(model, cfg.lora);
+  if (starting && !cfg.finetune.adapter_from.empty())
+    loadAdapter(model, cfg.model, cfg.finetune.adapter_from);
+  return s;
+}
+
 bool hasLora(const Classifier& model) {
   return !adapted(model).empty();
 }

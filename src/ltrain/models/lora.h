@@ -3,6 +3,7 @@
 // names gets adapters (LinearImpl::addLora), and every other parameter is frozen: it gets no
 // gradient, so DDP reduces only the adapters and the optimizer keeps state for them alone.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,12 @@ struct LoraSummary {
 // UsageError when an entry of lora.target_modules names no linear of the model (naming those it
 // has). The adapters' A are drawn from torch's generator.
 LoraSummary applyLora(Classifier& model, const config::LoraConfig& cfg);
+
+// finetune.method lora on a model whose base is in place: applyLora, then, when `starting` (no
+// run's weights to read, which hold the adapters), finetune.adapter_from's adapter. The trainer,
+// eval and generate call it; nullopt for full fine-tuning.
+std::optional<LoraSummary> applyFinetuning(Classifier& model, const config::ExperimentConfig& cfg,
+                                           bool starting);
 
 // Whether the model carries adapters (applyLora ran).
 bool hasLora(const Classifier& model);

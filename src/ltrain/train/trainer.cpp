@@ -114,7 +114,8 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
     auto into = models::wholeModel(model_);
     models::loadInitialWeights(into, cfg_.model);
   }
-  if (cfg_.finetune.method == "lora") applyLora();
+  if (const auto lora = models::applyFinetuning(model_, cfg_, /*starting=*/true))
+    announceLora(*lora);
   if (const int64_t every = config::activationCheckpointEvery(cfg_.train); every > 0)
     reporter_.info(
         fmt::format("activation checkpointing: {} recomputed run(s) of up to {} block(s)",
@@ -168,10 +169,7 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
 
 // finetune.method lora: adapters on the frozen base just read (init_from), drawn from the run's
 // seed on every rank alike, or read from finetune.adapter_from; resuming overwrites them.
-void Trainer::applyLora() {
-  const auto s = models::applyLora(model_, cfg_.lora);
-  if (!cfg_.finetune.adapter_from.empty())
-    models::loadAdapter(model_, cfg_.model, cfg_.finetune.adapter_from);
+void Trainer::announceLora(const models::LoraSummary& s) {
   reporter_.info(fmt::format(
       "LoRA rank {} (alpha {:g}) on {} linears ({}){}: {} of {} parameters train ({:.2f}%)",
       cfg_.lora.rank, cfg_.lora.alpha, s.modules, fmt::join(s.names, ", "),
@@ -388,13 +386,19 @@ void Trainer::afterStep(const StepResult& r, Window& w) {
   w.collectives += last.collectives, w.comm_wait_s += last.wait_s;
   tally_->add(r.loss, r.found_inf, r.skipped, state_.step);
   if (reporter_.active()) {
-    const int64_t done = state_.step - start_step_;
-    const double elapsed = secondsSince(run_start_), window = secondsSince(w.start);
+    const double window = secondsSince(w.start);
     // The last report's loss: reading this step's would make the host wait for the device.
     reporter_.progress(state_.epoch + 1, epochs_, state_.step, total_steps_, last_window_loss_,
-                       window > 0 ? w.samples / window : 0,
-                       done > 0 ? elapsed / done * (total_steps_ - state_.step) : std::nan(""));
+                       window > 0 ? w.samples / window : 0, secondsToGo());
   }
+}
+
+// The rest of the run at this attempt's pace so far; NaN before its first step.
+double Trainer::secondsToGo() const {
+  const int64_t done = state_.step - start_step_;
+  if (done <= 0) return std::nan("");
+  return secondsSince(run_start_) / static_cast<double>(done) *
+         static_cast<double>(total_steps_ - state_.step);
 }
 
 // Evaluation, checkpoints, fault hooks and the stop vote between two steps; the time they take

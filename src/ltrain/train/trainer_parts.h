@@ -25,6 +25,10 @@
 #include "ltrain/train/stop_vote.h"
 #include "ltrain/train/trainer.h"
 
+namespace ltrain::models {
+struct LoraSummary;
+}
+
 namespace ltrain::train {
 
 using Clock = std::chrono::steady_clock;
@@ -51,7 +55,8 @@ class Trainer {
   bool resumeAndSpread(const distributed::ParallelPlan::MakeOptimizer& make_optimizer);
   void adoptWorldSize();
   void checkTensorParallelRanks() const;
-  void applyLora();
+  void announceLora(const models::LoraSummary& s);
+  double secondsToGo() const;
   void applyThreads();
   void attachRankLog();
   void announce();

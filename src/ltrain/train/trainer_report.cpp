@@ -66,9 +66,7 @@ void Trainer::logWindow(Window& w, double lr) {
   if (skip_bad) r.skipped_images = static_cast<int64_t>(skipped);
   r.tokens_per_sample = splits_.train.tokens ? cfg_.model.block_size : 1;
   r.elapsed_s = secondsSince(run_start_);
-  if (const int64_t done = state_.step - start_step_; done > 0)
-    r.eta_s =
-        r.elapsed_s / static_cast<double>(done) * static_cast<double>(total_steps_ - state_.step);
+  r.eta_s = secondsToGo();
   if (flops_per_token_ > 0 && peak_flops_ > 0)
     r.mfu =
         flops_per_token_ * r.samples_per_s * static_cast<double>(r.tokens_per_sample) / peak_flops_;
