@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""Instruction and chat JSONL -> token examples with a loss mask, for `data.dataset: chat`.
+"""Instruction, chat and preference JSONL -> token examples with a loss mask, for `data.dataset:
+chat` (supervised fine-tuning) or `data.dataset: preference` (finetune.method dpo).
 
 Each line is one example, in one of three shapes:
     {"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...]}
@@ -10,6 +11,15 @@ tokenised by the model's own tokenizer and chat template, exactly as transformer
 `apply_chat_template` renders it, and the loss mask marks the tokens of the assistant's turns
 (`--train-on all`: every token): a turn's tokens are those the conversation up to and including it
 adds to the conversation up to it with the generation prompt.
+
+Preference pairs, for DPO, are tokenised as TRL's DPOTrainer tokenises them:
+    {"prompt": [messages], "chosen": [messages], "rejected": [messages]}    (conversational)
+    {"chosen": [messages], "rejected": [messages]}     (the prompt is the messages they share)
+    {"prompt": "...", "chosen": "...", "rejected": "..."}     (plain text, each answer ending in
+                                                               the tokenizer's eos_token)
+Each answer's sequence is the prompt's tokens and the answer's; the mask marks the answer's (from
+where the tokenised prompt and prompt + answer first differ). The files hold the sequences in pairs,
+chosen then rejected. A file is all examples or all pairs.
 
 Writes DIR/train.safetensors and DIR/val.safetensors (tokens int32, mask uint8, offsets int64: the
 examples' starts and the end),
@@ -96,6 +106,63 @@ def encode(tok, msgs, train_on, where):
     return ids, mask
 
 
+def is_preference(record):
+    return isinstance(record, dict) and "chosen" in record and "rejected" in record
+
+
+def messages_list(value, where, key):
+    if not isinstance(value, list) or not all(
+            isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+            for m in value):
+        fail(f"{where}: '{key}' must be a list of {{\"role\": ..., \"content\": ...}} objects, or "
+             f"every field text")
+    return value
+
+
+def common_prefix_length(a, b):
+    n = 0
+    while n < len(a) and n < len(b) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def encode_pair(tok, record, where):
+    """A preference record -> [(chosen ids, mask), (rejected ids, mask)], as TRL's DPOTrainer
+    tokenises it: the answer starts where the tokenised prompt and prompt + answer first differ."""
+    chosen, rejected = record["chosen"], record["rejected"]
+    prompt = record.get("prompt")
+    if isinstance(chosen, list) or isinstance(rejected, list) or isinstance(prompt, list):
+        chosen = messages_list(chosen, where, "chosen")
+        rejected = messages_list(rejected, where, "rejected")
+        if prompt is None:  # implicit: the prompt is the messages both conversations open with
+            n = 0
+            while n < min(len(chosen), len(rejected)) and chosen[n] == rejected[n]:
+                n += 1
+            prompt, chosen, rejected = chosen[:n], chosen[n:], rejected[n:]
+        prompt = messages_list(prompt, where, "prompt")
+        if not prompt:
+            fail(f"{where}: no prompt: 'chosen' and 'rejected' share no opening message")
+        prompt_ids = render(tok, prompt, generation_prompt=True)
+        answers = [render(tok, prompt + a) for a in (chosen, rejected)]
+    else:
+        if not all(isinstance(v, str) for v in (prompt, chosen, rejected)):
+            fail(f"{where}: a text pair needs 'prompt', 'chosen' and 'rejected' as text")
+        if not tok.eos_token:
+            fail(f"{where}: the tokenizer has no eos_token to end the text answers with")
+        answers = []
+        for a in (chosen, rejected):
+            a = a if a.endswith(tok.eos_token) else a + tok.eos_token
+            answers.append(list(tok(text=prompt + a)["input_ids"]))
+        prompt_ids = list(tok(text=prompt)["input_ids"])
+    start = min(common_prefix_length(prompt_ids, ids) for ids in answers)
+    out = []
+    for ids, name in zip(answers, ("chosen", "rejected")):
+        if len(ids) <= max(start, 1):
+            fail(f"{where}: the {name} answer adds no token to the prompt")
+        out.append((ids, [0] * start + [1] * (len(ids) - start)))
+    return out
+
+
 def write(path, examples, meta):
     import torch
     from safetensors.torch import save_file
@@ -136,7 +203,7 @@ def main():
              f"chat_template or chat_template.jinja); ltrain renders conversations only with the "
              f"model's own")
 
-    examples, dropped = [], 0
+    examples, dropped, pairs = [], 0, None  # examples: each a list of (ids, mask), two for a pair
     for path in args.jsonl:
         with open(path, encoding="utf-8") as f:
             for n, line in enumerate(f, 1):
@@ -147,28 +214,40 @@ def main():
                     record = json.loads(line)
                 except json.JSONDecodeError as e:
                     fail(f"{where}: not JSON ({e.msg})")
-                ids, mask = encode(tok, messages_of(record, where), args.train_on, where)
-                if not any(mask[1:]):
-                    fail(f"{where}: the loss mask leaves no token to learn from (no assistant turn "
-                         f"after the first token)")
-                if args.max_length and len(ids) > args.max_length:
+                pair = is_preference(record)
+                if pairs is None:
+                    pairs = pair
+                elif pair != pairs:
+                    fail(f"{where}: a {'preference pair' if pair else 'chat example'} among "
+                         f"{'pairs' if pairs else 'chat examples'}; a file is all one or the other")
+                if pair:
+                    seqs = encode_pair(tok, record, where)
+                else:
+                    seqs = [encode(tok, messages_of(record, where), args.train_on, where)]
+                    if not any(seqs[0][1][1:]):
+                        fail(f"{where}: the loss mask leaves no token to learn from (no assistant "
+                             f"turn after the first token)")
+                if args.max_length and max(len(ids) for ids, _ in seqs) > args.max_length:
                     dropped += 1
                     continue
-                examples.append((ids, mask))
+                examples.append(seqs)
     if len(examples) < 2:
         fail(f"{len(examples)} example(s) in {args.jsonl}; need at least 2 (one for validation)")
     n_val = max(1, int(len(examples) * args.val_fraction))
-    meta = {"format": "ltrain-chat", "train_on": args.train_on}
+    meta = ({"format": "ltrain-preference"} if pairs else
+            {"format": "ltrain-chat", "train_on": args.train_on})
     os.makedirs(args.out, exist_ok=True)
-    write(os.path.join(args.out, "train.safetensors"), examples[:-n_val], meta)
-    write(os.path.join(args.out, "val.safetensors"), examples[-n_val:], meta)
+    flat = lambda group: [seq for seqs in group for seq in seqs]  # a pair: chosen, then rejected
+    write(os.path.join(args.out, "train.safetensors"), flat(examples[:-n_val]), meta)
+    write(os.path.join(args.out, "val.safetensors"), flat(examples[-n_val:]), meta)
     with open(tok_file, "rb") as src, open(os.path.join(args.out, "tokenizer.json"), "wb") as dst:
         dst.write(src.read())
     with open(os.path.join(args.out, "chat_template.jinja"), "w", encoding="utf-8") as f:
         f.write(tok.chat_template)  # ltrain checks it against model.init_from's
-    learned = sum(sum(m[1:]) for _, m in examples)
-    total = sum(len(ids) for ids, _ in examples)
-    print(f"wrote {args.out}: {len(examples) - n_val} training and {n_val} validation examples, "
+    learned = sum(sum(m[1:]) for _, m in flat(examples))
+    total = sum(len(ids) for ids, _ in flat(examples))
+    kind = "pairs" if pairs else "examples"
+    print(f"wrote {args.out}: {len(examples) - n_val} training and {n_val} validation {kind}, "
           f"{total} tokens of which {learned} are learned"
           + (f"; {dropped} longer than --max-length {args.max_length} dropped" if dropped else ""),
           file=sys.stderr)

@@ -95,8 +95,11 @@ int trainLaunched(const Args& a) {
 }
 
 // The last line's scores on the held-out split: a language model's is its validation split,
-// scored per token (loss, perplexity, next-token accuracy); a classifier's, its test set.
-std::string heldOutScores(double accuracy, double loss, bool language_model) {
+// scored per token (loss, perplexity, next-token accuracy); DPO's, its validation pairs (loss,
+// and the share ranked right); a classifier's, its test set.
+std::string heldOutScores(double accuracy, double loss, bool language_model,
+                          bool preference = false) {
+  if (preference) return fmt::format("val_loss {:.4f}  reward_accuracy {:.4f}", loss, accuracy);
   if (language_model)
     return fmt::format("val_loss {:.4f}  val_perplexity {:.3f}  next_token_accuracy {:.4f}", loss,
                        std::exp(loss), accuracy);
@@ -118,8 +121,8 @@ int cmdTrain(const Args& a) {
     return 128 + s.stop_signal;  // 143 for SIGTERM, 130 for SIGINT, as torchrun
   if (rt.isMain())
     fmt::print("{}  steps {}  wall {:.1f}s  run {}\n",
-               heldOutScores(s.test_accuracy, s.test_loss, s.language_model), s.steps, s.wall_s,
-               s.run_dir);
+               heldOutScores(s.test_accuracy, s.test_loss, s.language_model, s.preference), s.steps,
+               s.wall_s, s.run_dir);
   return 0;
 }
 

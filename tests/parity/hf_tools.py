@@ -12,6 +12,8 @@ locally (no downloads), runs them, and trains and applies tokenizers with the `t
                                                               (PEFT's logits: the adapter on BASE)
   hf_tools.py add-chat-tokenizer DIR VOCAB TEXT...             (a byte-level BPE with a chat
                                                                template, saved into model DIR)
+  hf_tools.py make-pairs OUT.jsonl TEXTFILE N {chat,implicit,text}
+                                                              (N preference pairs of fortunes)
   hf_tools.py chat-masks DIR JSONL OUT.safetensors             (transformers' assistant masks)
   hf_tools.py make-chats OUT.jsonl TEXTFILE N                  (N examples of fortunes, in all
                                                                three shapes, multi-turn ones too)
@@ -172,6 +174,25 @@ def make_chats(out, textfile, n):
             f.write(json.dumps(rec) + "\n")
 
 
+def make_pairs(out, textfile, n, shape):
+    """Preference pairs in TRL's shapes: an explicit prompt of messages, an implicit one (whole
+    conversations that share their opening), or text; the chosen answer is the shorter fortune."""
+    with open(textfile, encoding="utf-8", errors="replace") as f:
+        docs = [d.strip() for d in f.read().split("\n%\n") if d.strip()]
+    with open(out, "w", encoding="utf-8") as f:
+        for i in range(int(n)):
+            a, b, c = (docs[(3 * i + k) % len(docs)][:60] for k in range(3))
+            b, c = sorted((b, c), key=len)
+            if shape == "text":
+                rec = {"prompt": a + "\n", "chosen": b, "rejected": c}
+            else:
+                prompt = [{"role": "system", "content": "Answer briefly."}, {"role": "user", "content": a}]
+                chosen, rejected = ([{"role": "assistant", "content": x}] for x in (b, c))
+                rec = ({"prompt": prompt, "chosen": chosen, "rejected": rejected} if shape == "chat" else
+                       {"chosen": prompt + chosen, "rejected": prompt + rejected})
+            f.write(json.dumps(rec) + "\n")
+
+
 def chat_masks(d, jsonl, out):
     from transformers import AutoTokenizer
     tok = AutoTokenizer.from_pretrained(d)
@@ -265,6 +286,8 @@ def main():
         add_chat_tokenizer(args[0], args[1], args[2:])
     elif cmd == "make-chats":
         make_chats(*args)
+    elif cmd == "make-pairs":
+        make_pairs(*args)
     elif cmd == "chat-masks":
         chat_masks(*args)
     elif cmd == "generate":

@@ -141,10 +141,10 @@ struct DistConfig {
   bool sequence_parallel;
 };
 
-// Fine-tuning an existing model (finetune.method): the whole of it, or LoRA adapters on a frozen
-// base (models/lora.h).
+// Fine-tuning an existing model (finetune.method): the whole of it, LoRA adapters on a frozen
+// base (models/lora.h), or preference tuning by DPO (train/dpo.h).
 struct FinetuneConfig {
-  std::string method;        // full | lora
+  std::string method;        // full | lora | dpo
   std::string adapter_from;  // a PEFT adapter directory (adapter_config.json) to start from
 };
 
@@ -154,6 +154,12 @@ struct LoraConfig {
   double alpha;                // lora_alpha: the update is scaled by alpha / rank
   double dropout;              // lora_dropout, on the adapter's input
   std::string target_modules;  // module names, comma-separated, or all-linear
+};
+
+// finetune.method dpo, as TRL's DPOConfig names it.
+struct DpoConfig {
+  double beta;  // the weight of the log-ratio against the reference (TRL's beta)
+  bool lora;    // tune LoRA adapters (the lora keys) rather than every parameter
 };
 
 struct ExperimentConfig {
@@ -168,6 +174,13 @@ struct ExperimentConfig {
   DistConfig dist;
   FinetuneConfig finetune;
   LoraConfig lora;
+  DpoConfig dpo;
 };
+
+// Whether the run trains LoRA adapters on a frozen base: finetune.method lora, or dpo with
+// dpo.lora.
+inline bool trainsLora(const ExperimentConfig& c) {
+  return c.finetune.method == "lora" || (c.finetune.method == "dpo" && c.dpo.lora);
+}
 
 }  // namespace ltrain::config

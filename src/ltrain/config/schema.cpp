@@ -73,12 +73,13 @@ std::vector<Option> buildSchema() {
              "a table (csv: train.csv and test.csv), a text file for language modelling (text), "
              "pre-tokenised shards (tokens: nanoGPT's .bin or llm.c's, memory-mapped), "
              "instruction and chat examples with a loss mask (chat: scripts/prepare_chat.py's "
-             "train.safetensors and val.safetensors), image "
+             "train.safetensors and val.safetensors), preference pairs for finetune.method dpo "
+             "(preference: prepare_chat.py's files of prompt/chosen/rejected records), image "
              "files (image_folder: class folders of JPEG/PNG as torchvision's ImageFolder; "
              "image_list: CSV manifests of path,label), or synthetic",
              S("fashion_mnist"))
           .oneOf({"fashion_mnist", "mnist", "cifar10", "cifar100", "csv", "text", "tokens", "chat",
-                  "image_folder", "image_list", "synthetic"}),
+                  "preference", "image_folder", "image_list", "synthetic"}),
       LT_OPT(data.label_column, "csv: the column that holds the class", S("label")),
       LT_OPT(data.tokenizer,
              "text: tokens are the file's characters (UTF-8; the vocabulary is the characters it "
@@ -365,9 +366,11 @@ std::vector<Option> buildSchema() {
       LT_OPT(finetune.method,
              "How a model (model.init_from) is tuned: full (every parameter) or lora (low-rank "
              "adapters on the frozen linears of lora.target_modules, as PEFT's LoRA; only they "
-             "train, are reduced and have optimizer state)",
+             "train, are reduced and have optimizer state) or dpo (direct preference "
+             "optimization on data.dataset preference, as TRL's DPOTrainer: the reference is the "
+             "model as the run starts)",
              S("full"))
-          .oneOf({"full", "lora"}),
+          .oneOf({"full", "lora", "dpo"}),
       LT_OPT(finetune.adapter_from,
              "A PEFT LoRA adapter directory (adapter_config.json, adapter_model.safetensors) to "
              "start from: its r, lora_alpha, lora_dropout and target_modules fill the lora keys",
@@ -384,6 +387,15 @@ std::vector<Option> buildSchema() {
              "target_modules (q_proj,v_proj matches every module named or ending in .q_proj or "
              ".v_proj), or all-linear: every linear but the output head",
              S("all-linear")),
+      LT_OPT(dpo.beta,
+             "finetune.method dpo: how strongly the tuned model is held to the reference (TRL's "
+             "beta): the loss is -log sigmoid(beta * (chosen log-ratio - rejected log-ratio))",
+             0.1)
+          .positive(),
+      LT_OPT(dpo.lora,
+             "finetune.method dpo: tune LoRA adapters (the lora keys; finetune.adapter_from) "
+             "instead of every parameter",
+             false),
   };
 }
 #undef LT_OPT

@@ -16,7 +16,8 @@
 namespace ltrain::config {
 
 DataKind dataKind(const std::string& dataset) {
-  if (dataset == "text" || dataset == "tokens" || dataset == "chat") return DataKind::kTokens;
+  if (dataset == "text" || dataset == "tokens" || dataset == "chat" || dataset == "preference")
+    return DataKind::kTokens;
   if (dataset == "csv") return DataKind::kFeatures;
   // Every other dataset the schema knows holds images; a name it does not know is no image set.
   const auto& known = findOption("data.dataset")->choices;
@@ -241,8 +242,10 @@ void tensorParallel(const LoadedConfig& lc) {
                                   "and"),
                    c.model.name));
   spec->validate_tensor_parallel(lc, n);
-  if (c.data.dataset == "chat")  // its vocabulary-parallel loss counts every target
-    no("data.dataset", "does not combine with data.dataset chat (masked targets) yet");
+  if (c.data.dataset == "chat" || c.data.dataset == "preference")  // masked targets: its
+    // vocabulary-parallel loss counts every target
+    no("data.dataset",
+       fmt::format("does not combine with data.dataset {} (masked targets) yet", c.data.dataset));
   if (c.dist.zero == 1 || c.dist.zero == 2)
     no("dist.zero", fmt::format("does not combine with dist.zero {}: across the groups it runs "
                                 "DDP (dist.zero 0) or ZeRO-3 (dist.zero 3)",
@@ -260,15 +263,43 @@ void tensorParallel(const LoadedConfig& lc) {
 
 // finetune.method lora adds adapters to the models::Linear modules the transformer families are
 // built of (the same modules tensor parallelism takes over), on a whole model in each process.
+// finetune.method dpo learns from preference pairs, with a reference that is the model as the run
+// starts, on a whole model in each process too.
 void finetune(const LoadedConfig& lc) {
   const ExperimentConfig& c = lc.cfg;
-  if (!c.finetune.adapter_from.empty() && c.finetune.method != "lora")
-    refuse(lc, setOne(lc, "finetune.method", "finetune.adapter_from"),
-           fmt::format("finetune.adapter_from is a LoRA adapter, but finetune.method is {}; set "
-                       "finetune.method: lora",
+  const bool dpo = c.finetune.method == "dpo";
+  if (dpo && c.data.dataset != "preference")
+    refuse(lc, setOne(lc, "data.dataset", "finetune.method"),
+           fmt::format("finetune.method dpo learns from preference pairs, but data.dataset is {}; "
+                       "set data.dataset: preference (scripts/prepare_chat.py writes the pairs "
+                       "from prompt/chosen/rejected JSONL)",
+                       c.data.dataset));
+  if (!dpo && c.data.dataset == "preference")
+    refuse(lc, setOne(lc, "finetune.method", "data.dataset"),
+           fmt::format("data.dataset preference holds chosen/rejected pairs, which only "
+                       "finetune.method dpo learns from (finetune.method is {}); set "
+                       "finetune.method: dpo, or prepare SFT data with prepare_chat.py",
                        c.finetune.method));
-  if (c.finetune.method != "lora") return;
-  const auto no = refusalsOf(lc, "finetune.method", "finetune.method lora");
+  if (!c.finetune.adapter_from.empty() && !trainsLora(c))
+    refuse(lc, setOne(lc, dpo ? "dpo.lora" : "finetune.method", "finetune.adapter_from"),
+           dpo ? "finetune.adapter_from is a LoRA adapter, but dpo.lora is false; set dpo.lora: "
+                 "true to tune the adapter by DPO"
+               : fmt::format("finetune.adapter_from is a LoRA adapter, but finetune.method is "
+                             "{}; set finetune.method: lora",
+                             c.finetune.method));
+  if (dpo) {
+    const auto no = refusalsOf(lc, "finetune.method", "finetune.method dpo");
+    if (c.dist.zero >= 1)
+      no("dist.zero",
+         fmt::format("does not combine with dist.zero {} yet; use dist.zero 0 (DDP)", c.dist.zero));
+    if (c.dist.strategy == Strategy::kDp)
+      no("dist.strategy", "needs one process per device (dist.strategy ddp), not dp");
+    if (c.model.placement == Placement::kPipeline)
+      no("model.placement", "does not combine with model.placement pipeline yet");
+  }
+  if (!trainsLora(c)) return;
+  const std::string rule = dpo ? "dpo.lora" : "finetune.method";
+  const auto no = refusalsOf(lc, rule, dpo ? "dpo.lora" : "finetune.method lora");
   if (!modelFamily(c.model.name).tensor_parallel)
     no("model.name",
        fmt::format("adapts the linears of {}, not model.name {}",

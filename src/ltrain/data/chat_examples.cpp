@@ -17,18 +17,25 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The examples of one file, whole in memory (an instruction set is small next to a corpus).
+// The examples of one file, whole in memory (an instruction set is small next to a corpus). A
+// preference file's sequences come in pairs, chosen then rejected: one example each pair.
 class ChatExamples final : public ExampleSource {
  public:
-  ChatExamples(torch::Tensor tokens, torch::Tensor mask, torch::Tensor offsets, int64_t block_size)
+  ChatExamples(torch::Tensor tokens, torch::Tensor mask, torch::Tensor offsets, int64_t block_size,
+               int64_t group)
       : tokens_(std::move(tokens)),
         mask_(std::move(mask)),
         offsets_(std::move(offsets)),
-        block_size_(block_size) {}
-  int64_t size() const override { return offsets_.numel() - 1; }
-  std::vector<int64_t> exampleShape() const override { return {block_size_}; }
+        block_size_(block_size),
+        group_(group) {}
+  int64_t size() const override { return (offsets_.numel() - 1) / group_; }
+  std::vector<int64_t> exampleShape() const override {
+    return group_ == 1 ? std::vector<int64_t>{block_size_}
+                       : std::vector<int64_t>{group_, block_size_};
+  }
+  std::vector<int64_t> modelInputShape() const override { return {block_size_}; }
   torch::ScalarType inputType() const override { return torch::kLong; }
-  std::vector<int64_t> targetShape() const override { return {block_size_}; }
+  std::vector<int64_t> targetShape() const override { return exampleShape(); }
   void shift(int64_t) override {}  // examples are whole: nothing to re-cut
 
   void gather(const int64_t* indices, int64_t count, torch::Tensor& inputs,
@@ -39,44 +46,62 @@ class ChatExamples final : public ExampleSource {
     auto* in = inputs.data_ptr<int64_t>();
     auto* out = targets.data_ptr<int64_t>();
     const int64_t t = block_size_;
-    for (int64_t b = 0; b < count; ++b) {
-      const int64_t begin = off[indices[b]], n = off[indices[b] + 1] - begin;
-      int64_t* x = in + b * t;
-      int64_t* y = out + b * t;
-      for (int64_t j = 0; j < t; ++j) {
-        // Padding after the example: token 0, never a target (causal attention keeps it from
-        // the tokens before it).
-        x[j] = j < n ? tok[begin + j] : 0;
-        y[j] = j + 1 < n && mask[begin + j + 1] ? tok[begin + j + 1] : kIgnoredTarget;
+    for (int64_t b = 0; b < count; ++b)
+      for (int64_t k = 0; k < group_; ++k) {
+        const int64_t seq = indices[b] * group_ + k;
+        const int64_t begin = off[seq], n = off[seq + 1] - begin;
+        int64_t* x = in + (b * group_ + k) * t;
+        int64_t* y = out + (b * group_ + k) * t;
+        for (int64_t j = 0; j < t; ++j) {
+          // Padding after the example: token 0, never a target (causal attention keeps it from
+          // the tokens before it).
+          x[j] = j < n ? tok[begin + j] : 0;
+          y[j] = j + 1 < n && mask[begin + j + 1] ? tok[begin + j + 1] : kIgnoredTarget;
+        }
       }
-    }
   }
 
  private:
   torch::Tensor tokens_, mask_, offsets_;
-  int64_t block_size_;
+  int64_t block_size_, group_;
 };
 
+constexpr const char* kPreferenceFormat = "ltrain-preference";
+
+// `pairs`: data.dataset preference, whose files prepare_chat.py marks with its format.
 std::shared_ptr<ChatExamples> openExamples(const std::string& file, int64_t block_size,
-                                           int64_t vocab) {
+                                           int64_t vocab, bool pairs) {
+  const char* dataset = pairs ? "preference" : "chat";
   std::error_code ec;
   if (!fs::is_regular_file(file, ec))
     throw UsageError(fmt::format(
-        "data.dataset chat: '{}' not found; make the examples with scripts/prepare_chat.py "
+        "data.dataset {}: '{}' not found; make the examples with scripts/prepare_chat.py "
         "JSONL --model HF_DIR --out {}",
-        file, fs::path(file).parent_path().string()));
-  auto t = io::loadSafetensors(file);
+        dataset, file, fs::path(file).parent_path().string()));
+  const io::SafetensorsFile st(file);
+  const auto format = st.metadata().find("format");
+  const bool holds_pairs = format != st.metadata().end() && format->second == kPreferenceFormat;
+  if (holds_pairs != pairs)
+    throw UsageError(fmt::format(
+        "'{}' holds {}, not the {} data.dataset {} reads; {}", file,
+        holds_pairs ? "preference pairs (prompt/chosen/rejected)" : "chat or instruction examples",
+        pairs ? "pairs" : "examples", dataset,
+        holds_pairs ? "set data.dataset: preference and finetune.method: dpo"
+                    : "prepare JSONL of prompt/chosen/rejected records with prepare_chat.py"));
   auto need = [&](const char* name, torch::ScalarType dtype) {
-    auto it = t.find(name);
-    if (it == t.end() || it->second.scalar_type() != dtype || it->second.dim() != 1)
+    const auto* e = st.find(name);
+    if (!e || e->dtype != dtype || e->shape.size() != 1)
       throw UsageError(fmt::format(
           "'{}' has no 1-d {} tensor '{}': not the examples scripts/prepare_chat.py writes", file,
           c10::toString(dtype), name));
-    return it->second.contiguous();
+    return st.read(name);
   };
   auto tokens = need("tokens", torch::kInt), mask = need("mask", torch::kByte),
        offsets = need("offsets", torch::kLong);
   const int64_t n = offsets.numel() - 1;
+  if (pairs && n % 2 != 0)
+    throw UsageError(
+        fmt::format("'{}' holds {} sequences, not whole chosen/rejected pairs", file, n));
   const auto* off = offsets.data_ptr<int64_t>();
   if (n < 1 || off[0] != 0 || off[n] != tokens.numel() || mask.numel() != tokens.numel())
     throw UsageError(fmt::format(
@@ -90,22 +115,26 @@ std::shared_ptr<ChatExamples> openExamples(const std::string& file, int64_t bloc
                                    file, top >= vocab ? top : low, vocab));
   }
   const auto* m = mask.data_ptr<uint8_t>();
+  auto example = [&](int64_t i) {
+    return pairs ? fmt::format("pair {}'s {} sequence", i / 2, i % 2 ? "rejected" : "chosen")
+                 : fmt::format("example {}", i);
+  };
   for (int64_t i = 0; i < n; ++i) {
     if (off[i + 1] < off[i])
-      throw UsageError(fmt::format("'{}': the offsets of example {} run backwards", file, i));
+      throw UsageError(fmt::format("'{}': the offsets of {} run backwards", file, example(i)));
     int64_t first = -1;  // the first position whose token the loss learns (0 cannot be a target)
     for (int64_t j = off[i] + 1; j < off[i + 1] && first < 0; ++j)
       if (m[j]) first = j - off[i];
     if (first < 0)
-      throw UsageError(fmt::format(
-          "'{}': example {} has a loss mask that leaves no token to learn from", file, i));
+      throw UsageError(fmt::format("'{}': {} has a loss mask that leaves no token to learn from",
+                                   file, example(i)));
     if (first > block_size)
-      throw UsageError(fmt::format(
-          "'{}': example {} learns nothing before token {}, beyond model.block_size {}: raise "
-          "model.block_size, or drop long examples with prepare_chat.py --max-length",
-          file, i, first, block_size));
+      throw UsageError(
+          fmt::format("'{}': {} learns nothing before token {}, beyond model.block_size {}: raise "
+                      "model.block_size, or drop long examples with prepare_chat.py --max-length",
+                      file, example(i), first, block_size));
   }
-  return std::make_shared<ChatExamples>(tokens, mask, offsets, block_size);
+  return std::make_shared<ChatExamples>(tokens, mask, offsets, block_size, pairs ? 2 : 1);
 }
 
 // The chat template a Hugging Face directory gives its tokenizer: chat_template.jinja, or
@@ -125,14 +154,16 @@ std::string templateOf(const fs::path& dir) {
 }  // namespace
 
 Splits loadChat(const config::DataConfig& cfg, int64_t block_size, int64_t vocab_size) {
+  const bool pairs = cfg.dataset == "preference";
   const fs::path dir(cfg.path);
   const auto [vocab, tokenizer] = dataVocabulary(cfg.path, vocab_size);
   Splits out;
   out.tokenizer_file = tokenizer;
   for (auto [split, name] :
        {std::pair{&out.train, "train.safetensors"}, std::pair{&out.test, "val.safetensors"}}) {
-    split->source = openExamples((dir / name).string(), block_size, vocab);
+    split->source = openExamples((dir / name).string(), block_size, vocab, pairs);
     split->tokens = true;
+    split->pairs = pairs;
     split->num_classes = vocab;
   }
   return out;

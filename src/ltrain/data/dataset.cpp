@@ -86,7 +86,8 @@ Splits loadDataset(const config::DataConfig& cfg, uint64_t seed, int64_t block_s
   if (cfg.dataset == "text")
     return loadText(cfg.path, cfg.tokenizer, cfg.val_fraction, block_size, vocab_size);
   if (cfg.dataset == "tokens") return loadTokens(cfg, block_size, vocab_size);
-  if (cfg.dataset == "chat") return loadChat(cfg, block_size, vocab_size);
+  if (cfg.dataset == "chat" || cfg.dataset == "preference")
+    return loadChat(cfg, block_size, vocab_size);
   if (cfg.dataset == "image_folder" || cfg.dataset == "image_list") return loadImages(cfg, seed);
   if (cfg.dataset == "synthetic") {
     // Train and test share the prototypes (same seed) but draw different examples.

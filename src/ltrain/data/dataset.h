@@ -18,6 +18,8 @@ class ExampleSource {
   virtual ~ExampleSource() = default;
   virtual int64_t size() const = 0;
   virtual std::vector<int64_t> exampleShape() const = 0;
+  // One sequence the model reads, where an example is several (a preference pair: two blocks).
+  virtual std::vector<int64_t> modelInputShape() const { return exampleShape(); }
   virtual torch::ScalarType inputType() const = 0;
   // One example's targets: {} (a class) or {T} (a block's next tokens).
   virtual std::vector<int64_t> targetShape() const = 0;
@@ -48,12 +50,19 @@ struct Dataset {
   // Language modelling: inputs and targets are [N, T] token ids, the loss is per token and the
   // held-out split is called validation.
   bool tokens = false;
+  // Preference pairs (data.dataset preference): an example is [2, T], the chosen sequence and the
+  // rejected one, and the held-out score is DPO's loss and reward accuracy.
+  bool pairs = false;
   torch::Tensor token_stream;  // text: the split's tokens, of which inputs and targets are views
   // When set, the examples come from here and inputs/targets stay empty (data.dataset tokens).
   std::shared_ptr<ExampleSource> source;
   int64_t size() const { return source ? source->size() : targets.size(0); }
   std::vector<int64_t> exampleShape() const {
     return source ? source->exampleShape() : inputs.sizes().slice(1).vec();
+  }
+  // What the model is built for: one sequence of a pair, else an example.
+  std::vector<int64_t> modelInputShape() const {
+    return source ? source->modelInputShape() : exampleShape();
   }
 };
 

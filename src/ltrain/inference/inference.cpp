@@ -173,7 +173,7 @@ LoadedModel loadTrainedModel(const InferenceRequest& req, bool need_codec, bool 
   m.placement = config::Placement::kSingle;  // one device: decoding is sequential anyway
   // (a file, or dist.zero 3's step-N.shards directory: checked above; LoRA's adapters are added
   // to a whole model, and a tuned base is small enough to hold)
-  streamed = streamed && cfg.finetune.method != "lora" && !lm.weights.empty() &&
+  streamed = streamed && !config::trainsLora(cfg) && !lm.weights.empty() &&
              (isSafetensors(lm.weights) || checkpoint::isShardedCheckpoint(lm.weights));
   lm.model = models::build(m, {cfg.model.block_size}, lm.vocab, /*tokens=*/true, streamed);
   // LoRA adapters go on before a run's weights, which hold them, and after init_from's base.

@@ -30,7 +30,7 @@ TrainedClassifier loadTrainedClassifier(const config::LoadedConfig& lc,
   t.splits = data::loadDataset(cfg.data, static_cast<uint64_t>(cfg.seed), cfg.model.block_size,
                                cfg.model.vocab_size);
   torch::manual_seed(static_cast<uint64_t>(cfg.seed));
-  t.model = models::build(cfg.model, t.splits.train.exampleShape(), t.splits.train.num_classes,
+  t.model = models::build(cfg.model, t.splits.train.modelInputShape(), t.splits.train.num_classes,
                           t.splits.train.tokens);
   if (weights.empty()) {  // the model as it starts: model.init_from (and its adapter)
     models::loadInitialWeights(t.model, cfg.model);

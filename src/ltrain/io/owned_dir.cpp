@@ -129,6 +129,10 @@ void checkOwnable(const std::string& dir, DirKind kind) {
     if (e.path().filename().string().rfind(marker_tmp, 0) != 0)
       entries.push_back(e.path().filename());
   if (entries.empty()) return;
+  // The marker may have been renamed into place between the check above and the listing (another
+  // agent claiming the directory): it is looked for again before anything is called a stranger's.
+  // Whoever claims writes the marker before any other file, so what the listing saw came after it.
+  if (markerKind(dir) == kindName(kind)) return;
   std::sort(entries.begin(), entries.end());
   throw UsageError(fmt::format(
       "{} directory '{}' holds files that ltrain did not write ('{}'{}) and no ltrain marker "

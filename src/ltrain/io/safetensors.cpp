@@ -161,7 +161,12 @@ void SafetensorsFile::index(const std::string& header, uint64_t data_size, uint6
   for (const auto& item : root.items()) {
     const std::string name = item.key();
     const Json& e = item.value();
-    if (name == "__metadata__") continue;
+    if (name == "__metadata__") {
+      if (item.value().is_object())
+        for (const auto& m : item.value().items())
+          if (m.value().is_string()) metadata_[m.key()] = m.value().get<std::string>();
+      continue;
+    }
     auto bad = [&](const std::string& what) {
       return UsageError(fmt::format("safetensors file '{}': tensor '{}' {}", path_, name, what));
     };

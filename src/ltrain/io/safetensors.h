@@ -69,6 +69,8 @@ class SafetensorsFile {
   const std::map<std::string, Entry>& entries() const { return entries_; }
   const Entry* find(const std::string& name) const;
   const std::string& path() const { return path_; }
+  // The header's __metadata__ (string values; others are left out).
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // Elements [begin, begin + count) of tensor `name` (flattened), as a 1-d CPU tensor of its dtype.
   // UsageError naming the file when the read comes short.
   torch::Tensor read(const std::string& name, int64_t begin, int64_t count) const;
@@ -79,6 +81,7 @@ class SafetensorsFile {
   std::string path_;
   int fd_ = -1;
   std::map<std::string, Entry> entries_;
+  std::map<std::string, std::string> metadata_;
 };
 
 // Every tensor of a file (read one at a time: no second copy of the file in memory).

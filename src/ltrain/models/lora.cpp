@@ -104,7 +104,7 @@ LoraSummary applyLora(Classifier& model, const config::LoraConfig& cfg) {
 
 std::optional<LoraSummary> applyFinetuning(Classifier& model, const config::ExperimentConfig& cfg,
                                            bool starting) {
-  if (cfg.finetune.method != "lora") return std::nullopt;
+  if (!config::trainsLora(cfg)) return std::nullopt;
   auto s = applyLora(model, cfg.lora);
   if (starting && !cfg.finetune.adapter_from.empty())
     loadAdapter(model, cfg.model, cfg.finetune.adapter_from);

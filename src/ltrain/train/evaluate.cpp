@@ -23,7 +23,7 @@ const char* heldOutName(const data::Dataset& ds) {
 // sums are reduced over ranks.
 EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t batch_size,
                     config::Precision precision, const compute::Devices& devices,
-                    distributed::ProcessGroup* pg) {
+                    distributed::ProcessGroup* pg, Dpo* dpo) {
   torch::NoGradGuard no_grad;
   model->eval();
   const auto& rt = pg ? pg->runtime() : distributed::Runtime{};
@@ -46,6 +46,15 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
     return compute::forward(model, batch.inputs.to(devices.main), devices).to(torch::kFloat);
   };
   while (loader.next(b)) {
+    if (dpo) {  // pairs: DPO's loss per pair, and the pairs ranked right
+      compute::AutocastScope autocast(precision, devices.main.type());
+      const auto t = dpo->loss(b.inputs.to(devices.main), b.targets.to(devices.main), devices);
+      const auto pairs = t.stats[3];
+      sums[0] += (t.loss * pairs).to(sums.device(), torch::kDouble);
+      sums[1] += t.stats[2].to(sums.device(), torch::kDouble);
+      sums[2] += pairs.to(sums.device(), torch::kDouble);
+      continue;
+    }
     auto out = run(b);
     const auto yt = b.targets.to(devices.main).to(out.device());
     sums[0] += crossEntropy(out, yt, torch::kSum).to(sums.device(), torch::kDouble);
@@ -75,11 +84,15 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
 }
 
 EvalSummary evaluateWeights(const config::LoadedConfig& lc, const std::string& weights) {
-  auto t = inference::loadTrainedClassifier(lc, weights);
   const auto& cfg = lc.cfg;
+  if (cfg.finetune.method == "dpo")
+    throw UsageError(
+        "ltrain eval does not score preference pairs: DPO's reference is the model as the run "
+        "started; the run's metrics.jsonl holds its val loss and reward accuracy");
+  auto t = inference::loadTrainedClassifier(lc, weights);
   auto r = evaluate(t.model, t.splits.test, cfg.data.eval_batch_size, cfg.train.precision,
                     t.devices, nullptr);
-  return {r.accuracy, r.loss, t.splits.test.size(), t.splits.test.tokens};
+  return {r.accuracy, r.loss, t.splits.test.size(), languageModel(t.splits.test)};
 }
 
 }  // namespace ltrain::train

@@ -9,20 +9,27 @@
 #include "ltrain/data/dataset.h"
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/models/model.h"
+#include "ltrain/train/dpo.h"
 
 namespace ltrain::train {
 
 struct EvalResult {
-  double loss = 0, accuracy = 0;  // per example, or per token for language models
+  // Per example, or per token for language models; preference pairs: DPO's loss per pair, and
+  // the share of pairs whose chosen answer gets the higher reward (TRL's rewards/accuracies).
+  double loss = 0, accuracy = 0;
 };
 
-// Collective when `pg` is set: every rank calls it.
+// Collective when `pg` is set: every rank calls it. `dpo`: preference pairs, scored by DPO.
 EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t batch_size,
                     config::Precision precision, const compute::Devices& devices,
-                    distributed::ProcessGroup* pg);
+                    distributed::ProcessGroup* pg, Dpo* dpo = nullptr);
 
 // What the held-out split is called in logs and metrics: "val" for text, "test" otherwise.
 const char* heldOutName(const data::Dataset& ds);
+// Whether the split is scored per token (perplexity, next-token accuracy): not preference pairs.
+inline bool languageModel(const data::Dataset& ds) {
+  return ds.tokens && !ds.pairs;
+}
 
 struct EvalSummary {
   double test_accuracy = 0, test_loss = 0;

@@ -24,7 +24,8 @@ std::optional<DataShape> describeData(const config::ExperimentConfig& cfg) {
   if (d.dataset == "cifar10") return DataShape{{3, 32, 32}, 10};
   if (d.dataset == "cifar100") return DataShape{{3, 32, 32}, 100};
   // The vocabulary is model.vocab_size, or the data's, known once it is read (0: not known).
-  if (d.dataset == "text" || d.dataset == "tokens" || d.dataset == "chat")
+  if (d.dataset == "text" || d.dataset == "tokens" || d.dataset == "chat" ||
+      d.dataset == "preference")
     return DataShape{{cfg.model.block_size}, cfg.model.vocab_size, true};
   if (d.dataset == "csv") {
     std::ifstream in(data::resolvedDataPath(d) + "/train.csv");
@@ -70,7 +71,8 @@ void checkDataPath(const config::LoadedConfig& lc) {
 void preflight(const config::LoadedConfig& lc) {
   const auto& cfg = lc.cfg;
   checkDataPath(lc);
-  if (cfg.data.dataset == "chat" && config::isHfModelDir(cfg.model.init_from))
+  if ((cfg.data.dataset == "chat" || cfg.data.dataset == "preference") &&
+      config::isHfModelDir(cfg.model.init_from))
     data::checkChatMatchesModel(cfg.data.path, cfg.model.init_from);
   const bool pipeline = cfg.model.placement == config::Placement::kPipeline;
   const bool own_model = config::modelFamily(cfg.model.name).users_own;
@@ -98,7 +100,8 @@ std::string describeModel(const config::LoadedConfig& lc) {
   if (!shape || shape->classes <= 0) {  // the data says: read it
     auto splits = data::loadDataset(cfg.data, static_cast<uint64_t>(cfg.seed), cfg.model.block_size,
                                     cfg.model.vocab_size);
-    shape = DataShape{splits.train.exampleShape(), splits.train.num_classes, splits.train.tokens};
+    shape =
+        DataShape{splits.train.modelInputShape(), splits.train.num_classes, splits.train.tokens};
   }
   torch::NoGradGuard no_grad;
   try {

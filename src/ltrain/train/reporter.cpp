@@ -69,6 +69,7 @@ void Reporter::train(const TrainReport& r) {
       {"train/skipped_steps", static_cast<double>(r.skipped_steps)}};
   if (r.loss_scale) tb.emplace_back("train/loss_scale", *r.loss_scale);
   if (r.mfu) tb.emplace_back("train/mfu", *r.mfu);
+  for (const auto& [name, v] : r.extra) tb.emplace_back("train/" + name, v);
   tensorboard_->scalars(r.step, wallTime(), tb);
   tensorboard_->flush();  // as metrics.jsonl: what was logged survives a kill
   io::Json j = {{"step", r.step},         {"epoch", r.epoch}, {"split", "train"},
@@ -84,6 +85,7 @@ void Reporter::train(const TrainReport& r) {
   if (r.loss_scale) j["loss_scale"] = *r.loss_scale;
   if (r.collectives_per_step) j["allreduce_per_step"] = *r.collectives_per_step;
   if (r.comm_wait_ms_per_step) j["comm_wait_ms_per_step"] = *r.comm_wait_ms_per_step;
+  for (const auto& [name, v] : r.extra) j[name] = v;
   metrics_.write(j);
 }
 
@@ -100,7 +102,8 @@ void Reporter::evaluation(const EvalReport& r) {
   spdlog::info("eval step {} | {} loss {:.4f} | {} {:.4f}", r.step, r.split, r.loss,
                r.language_model
                    ? fmt::format("{} perplexity {:.3f} | next-token accuracy", r.split, perplexity)
-                   : fmt::format("{} accuracy", r.split),
+               : r.pairs ? fmt::format("{} reward accuracy", r.split)
+                         : fmt::format("{} accuracy", r.split),
                r.accuracy);
   io::Json j = {{"step", r.step},
                 {"epoch", r.epoch},

@@ -29,6 +29,7 @@ struct TrainReport {
   std::optional<double> comm_wait_ms_per_step;
   std::optional<double> mfu;  // language models where the devices' peak is known (train/mfu.h)
   std::optional<int64_t> skipped_images;  // data.on_bad_image skip: draws left out this window
+  std::vector<std::pair<std::string, double>> extra;  // finetune.method dpo: TRL's rewards/*
 };
 
 struct EvalReport {
@@ -36,6 +37,7 @@ struct EvalReport {
   std::string split;  // "test", or "val" for a language model
   double loss = 0, accuracy = 0;
   bool language_model = false;  // then also perplexity, exp(loss)
+  bool pairs = false;           // preference pairs: the accuracy is the reward accuracy
 };
 
 struct SummaryReport {

@@ -14,8 +14,14 @@ namespace ltrain::train {
 
 TrainStep::TrainStep(const config::ExperimentConfig& cfg, models::Classifier& model,
                      const compute::Devices& devices, distributed::ParallelPlan& plan,
-                     GradScaler& scaler, const Faults& faults)
-    : cfg_(cfg), model_(model), devices_(devices), plan_(plan), scaler_(scaler), faults_(faults) {
+                     GradScaler& scaler, const Faults& faults, Dpo* dpo)
+    : cfg_(cfg),
+      model_(model),
+      devices_(devices),
+      plan_(plan),
+      scaler_(scaler),
+      faults_(faults),
+      dpo_(dpo) {
   // Only where a step can be skipped rather than stop the run.
   if (cfg.train.nonfinite == config::NonFinite::kSkip || scaler.enabled())
     for (auto& b : model->buffers())
@@ -54,7 +60,7 @@ StepResult TrainStep::run(data::Loader& loader, const StepPosition& at, int64_t 
     if (one_f_one_b) {
       loss = pipelineForwardBackward(b, at.step + 1, micro_batches, last);
     } else {
-      loss = forwardLoss(b, at.step + 1);
+      loss = forwardLoss(b, at.step + 1, r);
       faults_.duringStep(at.step + 1, loss);
       backward(loss, micro_batches);
     }
@@ -83,11 +89,16 @@ data::Batch TrainStep::nextBatch(data::Loader& loader, StepResult& r) {
   return b;
 }
 
-torch::Tensor TrainStep::forwardLoss(const data::Batch& b, int64_t step) {
+torch::Tensor TrainStep::forwardLoss(const data::Batch& b, int64_t step, StepResult& r) {
   auto x = b.inputs.to(devices_.main, /*non_blocking=*/true);
   faults_.beforeForward(step, x);
   auto y = b.targets.to(devices_.main, /*non_blocking=*/true);
   compute::AutocastScope autocast(cfg_.train.precision, devices_.main.type());
+  if (dpo_) {  // pairs [B, 2, T]: the answers scored against the reference
+    auto terms = dpo_->loss(x, y, devices_);
+    r.dpo_stats = r.dpo_stats.defined() ? r.dpo_stats + terms.stats : terms.stats;
+    return terms.loss;
+  }
   if (model_->tp) {  // the head gives this rank's slice of the vocabulary's logits
     models::LocalLogits local(*model_->tp);
     return models::vocabParallelCrossEntropy(

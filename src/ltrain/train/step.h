@@ -12,6 +12,7 @@
 #include "ltrain/data/loader.h"
 #include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/models/model.h"
+#include "ltrain/train/dpo.h"
 #include "ltrain/train/faults.h"
 #include "ltrain/train/grad_scaler.h"
 
@@ -30,7 +31,8 @@ struct StepResult {
   // skipped on the device, and the loop reads it once per log window.
   bool skipped = false;
   torch::Tensor found_inf;
-  int64_t samples = 0;  // examples this rank consumed
+  int64_t samples = 0;      // examples this rank consumed
+  torch::Tensor dpo_stats;  // finetune.method dpo: DpoTerms::stats summed over the micro-batches
   double data_wait_s = 0;
 };
 
@@ -38,7 +40,7 @@ class TrainStep {
  public:
   TrainStep(const config::ExperimentConfig& cfg, models::Classifier& model,
             const compute::Devices& devices, distributed::ParallelPlan& plan, GradScaler& scaler,
-            const Faults& faults);
+            const Faults& faults, Dpo* dpo = nullptr);
 
   // Consumes the next `micro_batches` batches of `loader` and updates the model at rate `lr`.
   // std::runtime_error for inf/nan gradients under train.nonfinite stop.
@@ -46,7 +48,7 @@ class TrainStep {
 
  private:
   data::Batch nextBatch(data::Loader& loader, StepResult& r);
-  torch::Tensor forwardLoss(const data::Batch& b, int64_t step);
+  torch::Tensor forwardLoss(const data::Batch& b, int64_t step, StepResult& r);
   torch::Tensor pipelineForwardBackward(const data::Batch& b, int64_t step, int64_t micro_batches,
                                         bool last);
   void snapshotBuffers();
@@ -60,6 +62,7 @@ class TrainStep {
   distributed::ParallelPlan& plan_;
   GradScaler& scaler_;
   const Faults& faults_;
+  Dpo* dpo_;  // finetune.method dpo: the loss is DPO's on preference pairs
   // Batch norm's statistics before the step: a skipped step's forward must not leave them.
   std::vector<torch::Tensor> buffers_, snapshot_;
 };

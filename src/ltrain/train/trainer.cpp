@@ -100,10 +100,10 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   try {
     MemoryPhase phase("build");
     const int64_t tp = cfg_.dist.tensor_parallel;
-    model_ = tp > 1 ? models::buildTensorParallel(cfg_.model, splits_.train.exampleShape(),
+    model_ = tp > 1 ? models::buildTensorParallel(cfg_.model, splits_.train.modelInputShape(),
                                                   splits_.train.num_classes, rt_.rank % tp, tp,
                                                   deferred, cfg_.dist.sequence_parallel)
-                    : models::build(cfg_.model, splits_.train.exampleShape(),
+                    : models::build(cfg_.model, splits_.train.modelInputShape(),
                                     splits_.train.num_classes, splits_.train.tokens, deferred);
   } catch (const models::LayerError& e) {
     throw UsageError(layerWhere(lc, e.line) + e.what());
@@ -120,6 +120,8 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
     reporter_.info(
         fmt::format("activation checkpointing: {} recomputed run(s) of up to {} block(s)",
                     models::applyActivationCheckpointing(*model_, every), every));
+  // DPO's reference is the model as it starts: kept before a resume loads the run's weights.
+  if (cfg_.finetune.method == "dpo") dpo_ = std::make_unique<Dpo>(cfg_.dpo.beta, model_);
   sampler_ = std::make_unique<data::DistributedSampler>(
       splits_.train.size(), data_world_, data_rank_, cfg_.data.shuffle, cfg_.seed, false);
   batches_per_epoch_ =
@@ -159,7 +161,8 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   rng_ = RngStreams(devices_.main);
   tally_ = std::make_unique<LossTally>(devices_.main);
   const bool resumed = resumeAndSpread(make_optimizer);
-  step_ = std::make_unique<TrainStep>(cfg_, model_, devices_, *plan_, scaler_, faults_);
+  if (dpo_) dpo_->place();
+  step_ = std::make_unique<TrainStep>(cfg_, model_, devices_, *plan_, scaler_, faults_, dpo_.get());
   checkpointer_ = std::make_unique<checkpoint::Checkpointer>(run_.path, cfg_.train.keep_checkpoints,
                                                              rt_.isMain(), pg_.get());
   scaler_.to(devices_.main);
@@ -271,9 +274,11 @@ void Trainer::announce() {
           ? ""
           : fmt::format(" from {}", cfg_.model.init_from),
       train.size(), splits_.test.size(), heldOutName(splits_.test),
-      train.tokens ? fmt::format("blocks of {} tokens (vocabulary {})", cfg_.model.block_size,
-                                 train.num_classes)
-                   : std::string("examples"),
+      train.pairs    ? fmt::format("preference pairs of blocks of {} tokens (DPO, beta {:g})",
+                                   cfg_.model.block_size, cfg_.dpo.beta)
+      : train.tokens ? fmt::format("blocks of {} tokens (vocabulary {})", cfg_.model.block_size,
+                                   train.num_classes)
+                     : std::string("examples"),
       total_steps_, cfg_.train.max_steps > 0 ? "train.max_steps: " : "", epochs_, steps_per_epoch_,
       rt_.world_size, at::get_num_threads(), sync.empty() ? "" : " " + sync));
   if (cfg_.dist.strategy == config::Strategy::kDp)
@@ -282,7 +287,7 @@ void Trainer::announce() {
   if (config::modelFamily(cfg_.model.name).layer_summary) {  // the network as written
     torch::NoGradGuard no_grad;
     std::istringstream table(
-        models::modelSummary(cfg_.model, train.exampleShape(), train.num_classes, train.tokens));
+        models::modelSummary(cfg_.model, train.modelInputShape(), train.num_classes, train.tokens));
     for (std::string line; std::getline(table, line);) reporter_.info(line);
   }
   if (cfg_.model.placement == config::Placement::kPipeline)
@@ -385,6 +390,8 @@ void Trainer::afterStep(const StepResult& r, Window& w) {
   const auto last = plan_->lastStep();
   w.collectives += last.collectives, w.comm_wait_s += last.wait_s;
   tally_->add(r.loss, r.found_inf, r.skipped, state_.step);
+  if (r.dpo_stats.defined())
+    w.dpo_stats = w.dpo_stats.defined() ? w.dpo_stats + r.dpo_stats : r.dpo_stats;
   if (reporter_.active()) {
     const double window = secondsSince(w.start);
     // The last report's loss: reading this step's would make the host wait for the device.

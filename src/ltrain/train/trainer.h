@@ -19,6 +19,7 @@ struct Summary {
   std::string run_dir;
   int stop_signal = 0;  // SIGTERM/SIGINT stopped the run after step `steps` (exit 128 + signal)
   bool language_model = false;  // test_* are then the text's validation split, per token
+  bool preference = false;      // test_* are DPO's loss and reward accuracy on the validation pairs
 };
 
 // Throws UsageError for bad data, shapes or run directories (before anything is written),

@@ -41,6 +41,7 @@ struct Window {
   Clock::time_point start = Clock::now();
   double data_wait_s = 0, comm_wait_s = 0;
   int64_t steps = 0, samples = 0, collectives = 0;
+  torch::Tensor dpo_stats;  // finetune.method dpo: the steps' DpoTerms::stats, summed
 };
 
 class Trainer {
@@ -99,6 +100,7 @@ class Trainer {
   checkpoint::LoopState state_;
   std::unique_ptr<distributed::ParallelPlan> plan_;
   GradScaler scaler_{cfg_.train.precision == config::Precision::kFp16};
+  std::unique_ptr<Dpo> dpo_;  // finetune.method dpo: the reference, kept from the start
   std::unique_ptr<TrainStep> step_;
   std::unique_ptr<checkpoint::Checkpointer> checkpointer_;
   StopVote vote_;

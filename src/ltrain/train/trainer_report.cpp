@@ -48,10 +48,16 @@ void Trainer::logWindow(Window& w, double lr) {
     skipped = static_cast<double>(draws - skipped_draws_seen_);
     skipped_draws_seen_ = draws;
   }
+  std::vector<double> dpo_sums;  // finetune.method dpo: the window's reward sums
+  if (w.dpo_stats.defined()) {
+    const auto host = w.dpo_stats.to(torch::kCPU, torch::kDouble).contiguous();
+    dpo_sums.assign(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
+  }
   if (pg_) {
-    const auto sums = pg_->allreduceSum({loss, skipped});
+    auto sums = pg_->allreduceSum({loss, skipped});
     loss = sums[0] / rt_.world_size;  // the mean over ranks
     skipped = sums[1];
+    if (!dpo_sums.empty()) dpo_sums = pg_->allreduceSum(dpo_sums);
   }
   last_window_loss_ = loss;
   TrainReport r;
@@ -64,13 +70,16 @@ void Trainer::logWindow(Window& w, double lr) {
   r.data_wait_share = secs > 0 ? w.data_wait_s / secs : 0.0;
   r.skipped_steps = totals_.skipped;
   if (skip_bad) r.skipped_images = static_cast<int64_t>(skipped);
-  r.tokens_per_sample = splits_.train.tokens ? cfg_.model.block_size : 1;
+  r.tokens_per_sample = !splits_.train.tokens ? 1
+                        : splits_.train.pairs ? 2 * cfg_.model.block_size  // two answers a pair
+                                              : cfg_.model.block_size;
   r.elapsed_s = secondsSince(run_start_);
   r.eta_s = secondsToGo();
   if (flops_per_token_ > 0 && peak_flops_ > 0)
     r.mfu =
         flops_per_token_ * r.samples_per_s * static_cast<double>(r.tokens_per_sample) / peak_flops_;
   if (scaler_.enabled()) r.loss_scale = scaler_.scale();
+  if (!dpo_sums.empty()) r.extra = dpoMetrics(dpo_sums);
   if (pg_) {
     r.collectives_per_step = static_cast<double>(w.collectives) / w.steps;
     r.comm_wait_ms_per_step = 1000.0 * w.comm_wait_s / w.steps;
@@ -82,10 +91,10 @@ void Trainer::logWindow(Window& w, double lr) {
 void Trainer::evaluateAndLog() {
   distributed::PhaseScope phase(pg_.get(), distributed::Phase::kEvaluate);
   last_eval_ = evaluate(model_, splits_.test, cfg_.data.eval_batch_size, cfg_.train.precision,
-                        devices_, pg_.get());
+                        devices_, pg_.get(), dpo_.get());
   last_eval_step_ = state_.step;
   reporter_.evaluation({state_.step, state_.epoch, heldOutName(splits_.test), last_eval_.loss,
-                        last_eval_.accuracy, splits_.test.tokens});
+                        last_eval_.accuracy, languageModel(splits_.test), splits_.test.pairs});
 }
 
 void Trainer::checkpoint() {
@@ -143,7 +152,8 @@ Summary Trainer::finish(double wall_s, double samples_per_s) {
   s.samples_per_s = samples_per_s;
   s.world_size = rt_.world_size;
   s.run_dir = run_.path;
-  s.language_model = splits_.test.tokens;
+  s.language_model = languageModel(splits_.test);
+  s.preference = splits_.test.pairs;
   // The worst rank's peak memory and optimizer state (a sum of one-hot vectors stands in for a
   // max-reduction): ZeRO's point is that the state shrinks.
   const auto w = static_cast<std::ptrdiff_t>(rt_.world_size);
@@ -228,7 +238,8 @@ void Trainer::writeSummary(const std::string& status, double wall_s, double samp
   s.skipped_steps = totals_.skipped;
   s.wall_s = wall_s, s.samples_per_s = samples_per_s;
   // Language models: the validation split's loss (test_loss above) as perplexity too.
-  if (splits_.test.tokens && last_eval_step_ >= 0) s.val_perplexity = std::exp(last_eval_.loss);
+  if (languageModel(splits_.test) && last_eval_step_ >= 0)
+    s.val_perplexity = std::exp(last_eval_.loss);
   if (first_step_wall_time_ > 0) s.first_step_wall_time = first_step_wall_time_;
   if (peak_rss_mb_ > 0) s.peak_rss_mb = peak_rss_mb_;
   if (optimizer_state_mb_ > 0) s.optimizer_state_mb = optimizer_state_mb_;

@@ -37,7 +37,7 @@ bool Trainer::resumeAndSpread(const distributed::ParallelPlan::MakeOptimizer& ma
         // Its random initialisation must not move the generator the other ranks keep.
         auto gen = at::detail::getDefaultCPUGenerator();
         const auto rng = gen.get_state();
-        auto scratch = models::build(cfg_.model, splits_.train.exampleShape(),
+        auto scratch = models::build(cfg_.model, splits_.train.modelInputShape(),
                                      splits_.train.num_classes, splits_.train.tokens);
         gen.set_state(rng);
         auto opt = make_optimizer(scratch->parameters(), {});
