@@ -32,6 +32,7 @@ struct DataConfig {
   int64_t prefetch;
   bool shuffle;
   bool drop_last;
+  bool packing;  // chat: several examples to a training block, attention and positions reset
   int64_t synthetic_train_samples;
   int64_t synthetic_test_samples;
   std::vector<int64_t> synthetic_shape;

@@ -166,6 +166,12 @@ std::vector<Option> buildSchema() {
           .atLeast(1),
       LT_OPT(data.shuffle, "Shuffle the training set each epoch (seed + epoch)", true),
       LT_OPT(data.drop_last, "Drop the last incomplete training batch", false),
+      LT_OPT(data.packing,
+             "chat: pack several training examples into each block of model.block_size, in "
+             "order, as many as fit; each token attends only to its own example's earlier tokens "
+             "and positions restart at each example, so an example's loss is what it would be "
+             "alone (the validation split stays one example a block)",
+             false),
       LT_OPT(data.synthetic_train_samples, "synthetic: training examples", int64_t{2048})
           .atLeast(1),
       LT_OPT(data.synthetic_test_samples, "synthetic: test examples", int64_t{512}).atLeast(1),

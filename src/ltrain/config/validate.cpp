@@ -297,6 +297,29 @@ void finetune(const LoadedConfig& lc) {
     if (c.model.placement == Placement::kPipeline)
       no("model.placement", "does not combine with model.placement pipeline yet");
   }
+  if (c.data.packing) {
+    const auto no = refusalsOf(lc, "data.packing", "data.packing");
+    if (c.data.dataset != "chat")
+      no("data.dataset", fmt::format("packs chat examples (data.dataset chat), not data.dataset {}",
+                                     c.data.dataset));
+    if (!modelFamily(c.model.name).tensor_parallel)
+      no("model.name",
+         fmt::format("resets the attention and positions of {}, not model.name {}",
+                     models::listed(models::familiesWhere(
+                         [](const models::ModelSpec& s) { return s.traits.tensor_parallel; })),
+                     c.model.name));
+    // The examples' bounds reach the layers on the thread that runs the forward.
+    if (c.model.placement == Placement::kPipeline)
+      no("model.placement", "does not combine with model.placement pipeline yet");
+    if (c.dist.strategy == Strategy::kDp)
+      no("dist.strategy", "needs one process per device (dist.strategy ddp), not dp");
+    if (activationCheckpointEvery(c.train) > 0)
+      no("train.activation_checkpointing",
+         "does not combine with train.activation_checkpointing yet (the recomputation would not "
+         "see the examples' bounds)");
+    if (c.dist.sequence_parallel)
+      no("dist.sequence_parallel", "does not combine with dist.sequence_parallel yet");
+  }
   if (!trainsLora(c)) return;
   const std::string rule = dpo ? "dpo.lora" : "finetune.method";
   const auto no = refusalsOf(lc, rule, dpo ? "dpo.lora" : "finetune.method lora");

@@ -17,60 +17,104 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The examples of one file, whole in memory (an instruction set is small next to a corpus). A
-// preference file's sequences come in pairs, chosen then rejected: one example each pair.
+// How a file's sequences become examples: one a block; in pairs, chosen then rejected (data.dataset
+// preference); or packed, as many consecutive ones to a block as fit (data.packing).
+enum class Layout { kOne, kPairs, kPacked };
+
+// The examples of one file, whole in memory (an instruction set is small next to a corpus).
 class ChatExamples final : public ExampleSource {
  public:
   ChatExamples(torch::Tensor tokens, torch::Tensor mask, torch::Tensor offsets, int64_t block_size,
-               int64_t group)
+               Layout layout)
       : tokens_(std::move(tokens)),
         mask_(std::move(mask)),
         offsets_(std::move(offsets)),
         block_size_(block_size),
-        group_(group) {}
-  int64_t size() const override { return (offsets_.numel() - 1) / group_; }
+        layout_(layout) {
+    const int64_t n = offsets_.numel() - 1;
+    const auto* off = offsets_.data_ptr<int64_t>();
+    // First fit in order: a block takes the next sequences while their tokens fit (a longer one
+    // alone fills a block and is cut there, as unpacked).
+    for (int64_t i = 0; i < n;) {
+      int64_t j = i + 1, used = off[i + 1] - off[i];
+      if (layout_ == Layout::kPacked)
+        while (j < n && used + off[j + 1] - off[j] <= block_size_) used += off[j + 1] - off[j++];
+      else if (layout_ == Layout::kPairs)
+        j = i + 2;
+      firsts_.push_back(i);
+      i = j;
+    }
+    firsts_.push_back(n);
+  }
+  int64_t size() const override { return static_cast<int64_t>(firsts_.size()) - 1; }
+  // Pairs: [2, T], the chosen sequence and the rejected one. Packed: [2, T], the tokens and each
+  // one's position in its example (models/packing.h).
   std::vector<int64_t> exampleShape() const override {
-    return group_ == 1 ? std::vector<int64_t>{block_size_}
-                       : std::vector<int64_t>{group_, block_size_};
+    return layout_ == Layout::kOne ? std::vector<int64_t>{block_size_}
+                                   : std::vector<int64_t>{2, block_size_};
   }
   std::vector<int64_t> modelInputShape() const override { return {block_size_}; }
   torch::ScalarType inputType() const override { return torch::kLong; }
-  std::vector<int64_t> targetShape() const override { return exampleShape(); }
+  std::vector<int64_t> targetShape() const override {
+    return layout_ == Layout::kPairs ? exampleShape() : std::vector<int64_t>{block_size_};
+  }
   void shift(int64_t) override {}  // examples are whole: nothing to re-cut
 
   void gather(const int64_t* indices, int64_t count, torch::Tensor& inputs,
               torch::Tensor& targets) const override {
-    const auto* tok = tokens_.data_ptr<int32_t>();
-    const auto* mask = mask_.data_ptr<uint8_t>();
-    const auto* off = offsets_.data_ptr<int64_t>();
+    const int64_t t = block_size_;
     auto* in = inputs.data_ptr<int64_t>();
     auto* out = targets.data_ptr<int64_t>();
-    const int64_t t = block_size_;
-    for (int64_t b = 0; b < count; ++b)
-      for (int64_t k = 0; k < group_; ++k) {
-        const int64_t seq = indices[b] * group_ + k;
-        const int64_t begin = off[seq], n = off[seq + 1] - begin;
-        int64_t* x = in + (b * group_ + k) * t;
-        int64_t* y = out + (b * group_ + k) * t;
-        for (int64_t j = 0; j < t; ++j) {
-          // Padding after the example: token 0, never a target (causal attention keeps it from
-          // the tokens before it).
-          x[j] = j < n ? tok[begin + j] : 0;
-          y[j] = j + 1 < n && mask[begin + j + 1] ? tok[begin + j + 1] : kIgnoredTarget;
-        }
+    for (int64_t b = 0; b < count; ++b) {
+      const int64_t first = firsts_[indices[b]], last = firsts_[indices[b] + 1];
+      if (layout_ == Layout::kPacked) {
+        int64_t* x = in + b * 2 * t;
+        int64_t* y = out + b * t;
+        int64_t at = 0;
+        for (int64_t seq = first; seq < last; ++seq)
+          at += write(seq, x + at, y + at, t - at, x + t + at);
+        for (; at < t; ++at) x[at] = 0, y[at] = kIgnoredTarget, x[t + at] = 0;  // padding
+        continue;
       }
+      for (int64_t seq = first; seq < last; ++seq) {  // one sequence a row
+        const int64_t row = b * (last - first) + (seq - first);
+        const int64_t n = write(seq, in + row * t, out + row * t, t, nullptr);
+        for (int64_t j = n; j < t; ++j) in[row * t + j] = 0, out[row * t + j] = kIgnoredTarget;
+      }
+    }
   }
 
  private:
+  // Sequence `seq`'s first `room` tokens into x and their next-token targets into y (the next
+  // token where the mask learns it, else -100), its positions into `pos` when given: how many
+  // written. After the written tokens: padding, token 0 and never a target (causal attention
+  // keeps it from the tokens before it).
+  int64_t write(int64_t seq, int64_t* x, int64_t* y, int64_t room, int64_t* pos) const {
+    const auto* tok = tokens_.data_ptr<int32_t>();
+    const auto* mask = mask_.data_ptr<uint8_t>();
+    const auto* off = offsets_.data_ptr<int64_t>();
+    const int64_t begin = off[seq], n = std::min(off[seq + 1] - begin, room);
+    const int64_t whole = off[seq + 1] - begin;
+    for (int64_t j = 0; j < n; ++j) {
+      x[j] = tok[begin + j];
+      y[j] = j + 1 < whole && mask[begin + j + 1] ? tok[begin + j + 1] : kIgnoredTarget;
+      if (pos) pos[j] = j;
+    }
+    return n;
+  }
+
   torch::Tensor tokens_, mask_, offsets_;
-  int64_t block_size_, group_;
+  int64_t block_size_;
+  Layout layout_;
+  std::vector<int64_t> firsts_;  // each example's first sequence, and the end
 };
 
 constexpr const char* kPreferenceFormat = "ltrain-preference";
 
-// `pairs`: data.dataset preference, whose files prepare_chat.py marks with its format.
+// `pairs`: data.dataset preference, whose files prepare_chat.py marks with its format; `packed`:
+// several sequences to a block (data.packing's training split).
 std::shared_ptr<ChatExamples> openExamples(const std::string& file, int64_t block_size,
-                                           int64_t vocab, bool pairs) {
+                                           int64_t vocab, bool pairs, bool packed) {
   const char* dataset = pairs ? "preference" : "chat";
   std::error_code ec;
   if (!fs::is_regular_file(file, ec))
@@ -134,7 +178,10 @@ std::shared_ptr<ChatExamples> openExamples(const std::string& file, int64_t bloc
                       "model.block_size, or drop long examples with prepare_chat.py --max-length",
                       file, example(i), first, block_size));
   }
-  return std::make_shared<ChatExamples>(tokens, mask, offsets, block_size, pairs ? 2 : 1);
+  return std::make_shared<ChatExamples>(tokens, mask, offsets, block_size,
+                                        pairs    ? Layout::kPairs
+                                        : packed ? Layout::kPacked
+                                                 : Layout::kOne);
 }
 
 // The chat template a Hugging Face directory gives its tokenizer: chat_template.jinja, or
@@ -161,7 +208,8 @@ Splits loadChat(const config::DataConfig& cfg, int64_t block_size, int64_t vocab
   out.tokenizer_file = tokenizer;
   for (auto [split, name] :
        {std::pair{&out.train, "train.safetensors"}, std::pair{&out.test, "val.safetensors"}}) {
-    split->source = openExamples((dir / name).string(), block_size, vocab, pairs);
+    split->source = openExamples((dir / name).string(), block_size, vocab, pairs,
+                                 cfg.packing && split == &out.train);
     split->tokens = true;
     split->pairs = pairs;
     split->num_classes = vocab;

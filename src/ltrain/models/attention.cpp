@@ -3,12 +3,17 @@
 #include <torch/torch.h>
 
 #include "ltrain/models/decoding.h"
+#include "ltrain/models/packing.h"
 
 namespace ltrain::models {
 
 torch::Tensor cachedAttention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, double dropout, bool gqa, int64_t window) {
   const int64_t tq = q.size(2), tk = k.size(2);
+  if (const auto* packed = packedPositions(); packed && tq == tk)  // data.packing: per example
+    return at::scaled_dot_product_attention(q, k, v, packedAttentionMask(*packed, window), dropout,
+                                            /*is_causal=*/false,
+                                            /*scale=*/std::nullopt, gqa);
   if (window > 0 && tk > window) {
     // Query i, at position tk - tq + i, sees keys (position - window, position]: transformers'
     // sliding window. Where every key is in reach, the causal paths below are the same.

@@ -4,9 +4,11 @@
 #include <torch/torch.h>
 
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 
 #include "ltrain/compute/precision.h"
+#include "ltrain/models/packing.h"
 #include "ltrain/models/tensor_parallel.h"
 #include "ltrain/train/loss.h"
 
@@ -93,6 +95,11 @@ torch::Tensor TrainStep::forwardLoss(const data::Batch& b, int64_t step, StepRes
   auto x = b.inputs.to(devices_.main, /*non_blocking=*/true);
   faults_.beforeForward(step, x);
   auto y = b.targets.to(devices_.main, /*non_blocking=*/true);
+  std::optional<models::PackedPositions> packed;
+  if (cfg_.data.packing) {  // [B, 2, T]: the tokens, and each one's position in its example
+    packed.emplace(x.select(1, 1).contiguous());
+    x = x.select(1, 0).contiguous();
+  }
   compute::AutocastScope autocast(cfg_.train.precision, devices_.main.type());
   if (dpo_) {  // pairs [B, 2, T]: the answers scored against the reference
     auto terms = dpo_->loss(x, y, devices_);

@@ -274,11 +274,12 @@ void Trainer::announce() {
           ? ""
           : fmt::format(" from {}", cfg_.model.init_from),
       train.size(), splits_.test.size(), heldOutName(splits_.test),
-      train.pairs    ? fmt::format("preference pairs of blocks of {} tokens (DPO, beta {:g})",
-                                   cfg_.model.block_size, cfg_.dpo.beta)
-      : train.tokens ? fmt::format("blocks of {} tokens (vocabulary {})", cfg_.model.block_size,
-                                   train.num_classes)
-                     : std::string("examples"),
+      train.pairs ? fmt::format("preference pairs of blocks of {} tokens (DPO, beta {:g})",
+                                cfg_.model.block_size, cfg_.dpo.beta)
+      : train.tokens
+          ? fmt::format("blocks of {} tokens (vocabulary {}{})", cfg_.model.block_size,
+                        train.num_classes, cfg_.data.packing ? "; training examples packed" : "")
+          : std::string("examples"),
       total_steps_, cfg_.train.max_steps > 0 ? "train.max_steps: " : "", epochs_, steps_per_epoch_,
       rt_.world_size, at::get_num_threads(), sync.empty() ? "" : " " + sync));
   if (cfg_.dist.strategy == config::Strategy::kDp)

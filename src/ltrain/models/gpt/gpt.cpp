@@ -14,6 +14,7 @@
 #include "ltrain/models/builder.h"
 #include "ltrain/models/decoding.h"
 #include "ltrain/models/layers.h"
+#include "ltrain/models/packing.h"
 #include "ltrain/models/parallel_modules.h"
 
 namespace ltrain::models {
@@ -44,6 +45,8 @@ struct TokensAndPositionsImpl : torch::nn::Cloneable<TokensAndPositionsImpl>, Ca
     const int64_t t = idx.size(1);
     TORCH_CHECK(first + t <= block_size, "sequence of ", first + t,
                 " tokens is longer than model.block_size ", block_size);
+    if (const auto* packed = packedPositions(); packed && first == 0)  // each example from 0
+      return drop(wte(idx) + wpe(*packed));
     auto pos = torch::arange(first, first + t,
                              torch::TensorOptions().dtype(torch::kLong).device(idx.device()));
     return drop(wte(idx) + wpe(pos));

@@ -21,6 +21,7 @@
 #include "ltrain/models/llama/llama.h"
 #include "ltrain/models/llama/spec.h"
 #include "ltrain/models/model.h"
+#include "ltrain/models/packing.h"
 #include "ltrain/models/parallel_modules.h"
 
 namespace ltrain::models {
@@ -115,6 +116,11 @@ struct AttentionImpl : torch::nn::Module {
     auto q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
     if (q_norm) q = q_norm(q), k = k_norm(k);
     auto [cos, sin] = rotary->get(pos, t, input.device());
+    if (const auto* packed = packedPositions(); packed && !cache) {  // each example from 0
+      const auto at = packed->reshape({-1});
+      cos = cos.index_select(0, at).view({b, 1, t, head_size});
+      sin = sin.index_select(0, at).view({b, 1, t, head_size});
+    }
     q = applyRotary(q, cos.to(q.scalar_type()), sin.to(q.scalar_type()));
     k = applyRotary(k, cos.to(k.scalar_type()), sin.to(k.scalar_type()));
     if (cache) {
