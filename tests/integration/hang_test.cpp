@@ -62,6 +62,20 @@ TEST_CASE("a stopped rank (SIGSTOP) is named by the others and the job ends clea
   for (int g : o.groups) CHECK(!ltrain::test::groupAlive(g));
 }
 
+TEST_CASE("rank 0 failing to write a checkpoint fails every rank at once, not after dist.timeout_s",
+          "[dist]") {
+  auto o = runHanging("SAVE", "4", {"train.checkpoint_every=4"});
+  INFO(o.result.out << o.result.err);
+  CHECK(o.result.exit_code == 1);
+  CHECK_THAT(o.result.err, Contains("cannot write the checkpoint of step 4: No space left"));
+  // The others learned it from rank 0 at the save, not from a collective that timed out.
+  CHECK_THAT(o.result.out + o.result.err, Contains("rank 0 could not write"));
+  CHECK_THAT(o.result.out + o.result.err, !Contains("stopped responding"));
+  CHECK_THAT(o.result.out + o.result.err, !Contains("not communicating"));
+  REQUIRE(o.groups.size() == 3);
+  for (int g : o.groups) CHECK(!ltrain::test::groupAlive(g));
+}
+
 TEST_CASE("a rank stuck in an endless loop is named as alive but not communicating", "[dist]") {
   auto o = runHanging("HANG", "5:2");
   INFO(o.result.out << o.result.err);

@@ -50,11 +50,15 @@ void Checkpointer::saveWeightsStreaming(models::Classifier& model, PlanState& pl
       failure = std::current_exception();
     }
   }
-  const bool failed = pg_->allreduceSum({failure ? 1.0 : 0.0})[0] > 0;
+  raiseEverywhere(failure, run_dir_ + "/model.safetensors");
+}
+
+// Rank 0 alone writes: every rank learns of its failure at once and fails with it, rather than
+// going on into a step rank 0 never joins and waiting there for dist.timeout_s.
+void Checkpointer::raiseEverywhere(const std::exception_ptr& failure, const std::string& what) {
+  const bool failed = pg_ ? pg_->allreduceSum({failure ? 1.0 : 0.0})[0] > 0 : failure != nullptr;
   if (failure) std::rethrow_exception(failure);
-  if (failed)
-    throw std::runtime_error("rank 0 could not write " + run_dir_ +
-                             "/model.safetensors (its log says why)");
+  if (failed) throw std::runtime_error("rank 0 could not write " + what + " (its log says why)");
 }
 
 void Checkpointer::save(models::Classifier& model, PlanState& plan, int64_t step,
@@ -72,14 +76,21 @@ void Checkpointer::save(models::Classifier& model, PlanState& plan, int64_t step
     return;
   }
   last_saved_ = checkpointPath(dir, step);
+  std::exception_ptr failure;  // rank 0's, caught so that the plan's collectives still complete
   plan.saveWholeOptimizer([&](torch::optim::Optimizer& whole) {
     if (!main_) return;
-    saveCheckpoint(last_saved_, *model, whole, parts);
-    pruneCheckpoints(dir, keep_);
-    // The newest weights, readable by Python (safetensors or torch) under PyTorch's names.
-    io::saveSafetensors(run_dir_ + "/model.safetensors", io::moduleState(*model),
-                        {{"step", std::to_string(step)}, {"format", "pt"}});
+    try {
+      if (before_write_) before_write_(step);
+      saveCheckpoint(last_saved_, *model, whole, parts);
+      pruneCheckpoints(dir, keep_);
+      // The newest weights, readable by Python (safetensors or torch) under PyTorch's names.
+      io::saveSafetensors(run_dir_ + "/model.safetensors", io::moduleState(*model),
+                          {{"step", std::to_string(step)}, {"format", "pt"}});
+    } catch (...) {
+      failure = std::current_exception();
+    }
   });
+  raiseEverywhere(failure, last_saved_);
 }
 
 }  // namespace ltrain::checkpoint

@@ -6,6 +6,8 @@
 #pragma once
 #include <torch/types.h>
 
+#include <exception>
+#include <functional>
 #include <string>
 
 #include "ltrain/checkpoint/checkpoint.h"
@@ -28,15 +30,20 @@ class Checkpointer {
   void save(models::Classifier& model, PlanState& plan, int64_t step, const Components& parts);
   // The checkpoint the last save wrote.
   const std::string& lastSaved() const { return last_saved_; }
+  // Test hook (train/faults.h's SAVE): runs on the writing rank just before a whole checkpoint
+  // is written; what it throws fails the save as a full disk would.
+  void beforeWrite(std::function<void(int64_t step)> hook) { before_write_ = std::move(hook); }
 
  private:
   void saveWeightsStreaming(models::Classifier& model, PlanState& plan,
                             const std::vector<UnitShard>& units, int64_t step);
+  void raiseEverywhere(const std::exception_ptr& failure, const std::string& what);
   std::string run_dir_;
   int64_t keep_;
   bool main_;
   distributed::ProcessGroup* pg_;
   std::string last_saved_;
+  std::function<void(int64_t)> before_write_;
 };
 
 }  // namespace ltrain::checkpoint

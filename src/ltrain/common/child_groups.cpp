@@ -11,6 +11,17 @@
 #include "ltrain/common/stop_signal.h"
 
 namespace ltrain {
+namespace {
+
+// A child just reaped: whatever it left behind in its group is killed now, while the group's id
+// still names that group. Once the group's last member is gone the id is free for the system to
+// give another process, and a SIGKILL sent later (when the job stops) could reach a stranger.
+void reaped(Child* c) {
+  c->exited = true;
+  kill(-c->pid, SIGKILL);
+}
+
+}  // namespace
 
 void signalGroups(const std::vector<Child*>& children, int sig) {
   for (auto* c : children)
@@ -24,7 +35,7 @@ bool reapExited(const std::vector<Child*>& children) {
   bool any = false;
   for (auto* c : children)
     if (c->pid > 0 && !c->exited && waitpid(c->pid, &c->status, WNOHANG) == c->pid)
-      c->exited = true, any = true;
+      reaped(c), any = true;
   return any;
 }
 
@@ -59,13 +70,10 @@ void stopGroups(const std::vector<Child*>& children, int sig, const StopOptions&
       kill(-children[i]->pid, SIGKILL);
     }
   for (auto* c : children) {
-    if (c->pid <= 0) continue;
-    if (!c->exited) {
-      while (waitpid(c->pid, &c->status, 0) < 0 && errno == EINTR) {
-      }
-      c->exited = true;
+    if (c->pid <= 0 || c->exited) continue;  // (an exited child's group was cleared at its reaping)
+    while (waitpid(c->pid, &c->status, 0) < 0 && errno == EINTR) {
     }
-    kill(-c->pid, SIGKILL);  // anything the child left behind in its group
+    reaped(c);
   }
 }
 

@@ -18,7 +18,8 @@ struct Child {
 // `sig` to the whole group of each child still running, and SIGCONT: a stopped child must run
 // to act on it (or to die).
 void signalGroups(const std::vector<Child*>& children, int sig);
-// Marks each child that has exited, without waiting; true when one did since the last look.
+// Marks each child that has exited, without waiting, and kills what it left behind in its group;
+// true when one did since the last look.
 bool reapExited(const std::vector<Child*>& children);
 
 struct StopOptions {
@@ -32,7 +33,8 @@ void waitForExit(const std::vector<Child*>& children, double grace_s,
                  const std::function<void()>& poll);
 // Stops them: `sig`, up to grace_s for them to exit (cut short by a second stop signal to this
 // process: Ctrl-C twice), SIGKILL to those left, every child reaped, and whatever a child left
-// behind in its group killed. A child never started is marked exited.
+// behind in its group killed as it is reaped (never later: the group's id may be another's by
+// then). A child never started is marked exited.
 void stopGroups(const std::vector<Child*>& children, int sig, const StopOptions& o);
 
 }  // namespace ltrain

@@ -11,7 +11,7 @@
 namespace ltrain::train {
 
 Faults::Faults(const distributed::Runtime& rt) : my_rank_(rt.rank), armed_(rt.restart_count == 0) {
-  const char* names[kKinds] = {"KILL", "NAN", "SIGNAL", "HANG", "STOP", "NAN_INPUT"};
+  const char* names[kKinds] = {"KILL", "NAN", "SIGNAL", "HANG", "STOP", "NAN_INPUT", "SAVE"};
   for (int k = 0; k < kKinds; ++k) {
     step_[k] = -1, rank_[k] = 0;
     const char* spec = std::getenv(fmt::format("LTRAIN_FAULT_{}_AT_STEP", names[k]).c_str());

@@ -2,7 +2,8 @@
 // (rank 0 by default) and on the first attempt only (a restarted job runs through): KILL sends
 // SIGKILL to itself after that step, SIGNAL sends itself SIGTERM after it, NAN makes that step's
 // loss nan, NAN_INPUT that step's inputs (so that batch norm's statistics see it too), HANG spins
-// in that step's forward pass and STOP sends itself SIGSTOP there.
+// in that step's forward pass and STOP sends itself SIGSTOP there; SAVE makes the checkpoint saved
+// after that step fail to write (as a full disk would) on the rank that writes it.
 // LTRAIN_TRACE_INDICES=DIR: each rank appends the example indices of every step to
 // DIR/rank<R>.txt ("<epoch> <index>..." a line), for the tests of resuming on another world size.
 #pragma once
@@ -24,6 +25,8 @@ class Faults {
   void duringStep(int64_t step, torch::Tensor& loss) const;
   // After step `step`: KILL, SIGNAL.
   void afterStep(int64_t step) const;
+  // Whether the checkpoint saved after step `step` is to fail: SAVE.
+  bool failsSave(int64_t step) const { return at(kSave, step); }
   // The epoch's indices for this rank, then each step's example count: LTRAIN_TRACE_INDICES.
   void traceEpoch(int64_t epoch, const std::vector<int64_t>& indices);
   void traceStep(int64_t examples);
@@ -33,7 +36,7 @@ class Faults {
   std::vector<int64_t> trace_indices_;
   size_t trace_next_ = 0;
   int64_t trace_epoch_ = 0;
-  enum Kind { kKill, kNan, kSignal, kHang, kStop, kNanInput, kKinds };
+  enum Kind { kKill, kNan, kSignal, kHang, kStop, kNanInput, kSave, kKinds };
   bool at(Kind k, int64_t step) const;
   int64_t step_[kKinds], rank_[kKinds];
   int64_t my_rank_;

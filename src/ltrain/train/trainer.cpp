@@ -165,6 +165,13 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   step_ = std::make_unique<TrainStep>(cfg_, model_, devices_, *plan_, scaler_, faults_, dpo_.get());
   checkpointer_ = std::make_unique<checkpoint::Checkpointer>(run_.path, cfg_.train.keep_checkpoints,
                                                              rt_.isMain(), pg_.get());
+  checkpointer_->beforeWrite([this](int64_t step) {
+    if (faults_.failsSave(step))
+      throw std::runtime_error(
+          fmt::format("cannot write the checkpoint of step {}: No space left on device "
+                      "(LTRAIN_FAULT_SAVE_AT_STEP)",
+                      step));
+  });
   scaler_.to(devices_.main);
   StopSignal::checkpoint("while resuming");
   reporter_.open(resumed ? state_.step : 0, resumed);
