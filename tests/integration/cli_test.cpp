@@ -83,7 +83,8 @@ TEST_CASE("every config error exits 2 with one line naming the thing") {
       {"",
        {"data.dataset=cifar"},
        "data.dataset must be one of "
-       "fashion_mnist|mnist|cifar10|cifar100|csv|text|tokens|chat|image_folder|image_list|"
+       "fashion_mnist|mnist|cifar10|cifar100|csv|text|tokens|chat|preference|image_folder|"
+       "image_list|"
        "synthetic"},
       {"", {"data.dataset=mnist"}, "data.path must name the directory"},
       {"", {"data.path=/nonexistent/dir"}, "data.path '/nonexistent/dir' does not exist"},

@@ -67,9 +67,11 @@ TEST_CASE("rank 0 failing to write a checkpoint fails every rank at once, not af
   auto o = runHanging("SAVE", "4", {"train.checkpoint_every=4"});
   INFO(o.result.out << o.result.err);
   CHECK(o.result.exit_code == 1);
-  CHECK_THAT(o.result.err, Contains("cannot write the checkpoint of step 4: No space left"));
-  // The others learned it from rank 0 at the save, not from a collective that timed out.
-  CHECK_THAT(o.result.out + o.result.err, Contains("rank 0 could not write"));
+  // Rank 0 says why; the others, which the launcher may report first, learned it from rank 0 at
+  // the save, not from a collective that timed out.
+  CHECK_THAT(o.result.out + o.result.err,
+             Contains("[rank 0] ltrain: error: cannot write the checkpoint of step 4: No space"));
+  CHECK_THAT(o.result.out + o.result.err, Contains("ltrain: error: rank 0 could not write"));
   CHECK_THAT(o.result.out + o.result.err, !Contains("stopped responding"));
   CHECK_THAT(o.result.out + o.result.err, !Contains("not communicating"));
   REQUIRE(o.groups.size() == 3);

@@ -11,9 +11,9 @@
 
 #include "ltrain/config/schema.h"
 #include "ltrain/data/chat_examples.h"
-#include "ltrain/io/safetensors.h"
 #include "ltrain/models/model.h"
 #include "ltrain/models/packing.h"
+#include "support/chat_files.h"
 #include "support/process.h"
 #include "support/run_files.h"
 #include "test_paths.h"
@@ -60,30 +60,11 @@ TEST_CASE("an example's logits in a packed block are its logits alone, in every 
   }
 }
 
-namespace {
-
-// Chat examples of 10 tokens as prepare_chat.py writes them: a prompt of 4 random tokens the mask
-// leaves out, then the same answer of 6 to learn.
-void writeExamples(const std::string& file, int64_t count, int64_t seed) {
-  torch::manual_seed(static_cast<uint64_t>(seed));
-  auto tokens = torch::randint(1, 50, {count, 10}, torch::kInt);
-  tokens.narrow(1, 4, 6).copy_(torch::arange(7, 13, torch::kInt).view({1, 6}));
-  auto mask = torch::ones({count, 10}, torch::kByte);
-  mask.narrow(1, 0, 4).zero_();
-  ltrain::io::saveSafetensors(file,
-                              {{"tokens", tokens.reshape({-1})},
-                               {"mask", mask.reshape({-1})},
-                               {"offsets", torch::arange(0, count * 10 + 1, 10, torch::kLong)}},
-                              {{"format", "ltrain-chat"}});
-}
-
-}  // namespace
-
 TEST_CASE("packing two examples to a block trains as two examples a batch, step for step") {
   TempDir dir;
   std::filesystem::create_directories(dir / "chats");
-  writeExamples(dir / "chats/train.safetensors", 16, 1);
-  writeExamples(dir / "chats/val.safetensors", 4, 2);
+  ltrain::test::writeChatExamples(dir / "chats/train.safetensors", 16, 1);
+  ltrain::test::writeChatExamples(dir / "chats/val.safetensors", 4, 2);
   for (const std::string family : {"llama", "gpt"}) {
     INFO(family);
     const std::string common =

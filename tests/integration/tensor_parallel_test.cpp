@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <map>
 
+#include "support/chat_files.h"
 #include "support/process.h"
 #include "support/results.h"
 #include "support/run_files.h"
@@ -130,6 +131,31 @@ TEST_CASE("dist.tensor_parallel 2 and dp 2 x tp 2 train gpt and llama as one pro
               Approx(summaryValue(tp, "optimizer_state_mb") / 2).epsilon(0.02));
       }
     }
+  }
+}
+
+TEST_CASE("dist.tensor_parallel 2 trains chat data's masked targets as one process does",
+          "[dist]") {
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 4\n");
+  std::filesystem::create_directories(dir / "chats");
+  ltrain::test::writeChatExamples(dir / "chats/train.safetensors", 64, 1);
+  ltrain::test::writeChatExamples(dir / "chats/val.safetensors", 8, 2);
+  const std::vector<std::string> chat{"data.dataset=chat", "data.path=" + (dir / "chats"),
+                                      "model.vocab_size=50", "model.block_size=16",
+                                      "optimizer.lr=0.01"};
+  for (const std::string model : {"gpt", "llama"}) {
+    const std::string one = dir / (model + "_1"), two = dir / (model + "_tp2");
+    requireRan(runLtrain(run(dir, one, 1, model, chat)));
+    auto tp = chat;
+    tp.push_back("dist.tensor_parallel=2");
+    requireRan(runLtrain(run(dir, two, 2, model, tp)));
+    // The loss counts the answers' tokens only: counting the random prompts too, it could not
+    // fall below 4/9 of log 49 (1.7).
+    const auto losses = ltrain::test::trainLosses(one + "/metrics.jsonl");
+    CHECK(losses.rbegin()->second < 1.0);
+    checkLosses(one, two, 1e-5);
+    CHECK(std::abs(summaryValue(one, "test_loss") - summaryValue(two, "test_loss")) < 1e-5);
   }
 }
 

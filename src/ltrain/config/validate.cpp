@@ -242,10 +242,8 @@ void tensorParallel(const LoadedConfig& lc) {
                                   "and"),
                    c.model.name));
   spec->validate_tensor_parallel(lc, n);
-  if (c.data.dataset == "chat" || c.data.dataset == "preference")  // masked targets: its
-    // vocabulary-parallel loss counts every target
-    no("data.dataset",
-       fmt::format("does not combine with data.dataset {} (masked targets) yet", c.data.dataset));
+  if (c.data.dataset == "preference")  // DPO scores sequences from whole-vocabulary logits
+    no("data.dataset", "does not combine with data.dataset preference (DPO) yet");
   if (c.dist.zero == 1 || c.dist.zero == 2)
     no("dist.zero", fmt::format("does not combine with dist.zero {}: across the groups it runs "
                                 "DDP (dist.zero 0) or ZeRO-3 (dist.zero 3)",

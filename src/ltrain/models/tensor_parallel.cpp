@@ -8,6 +8,10 @@
 #include "ltrain/models/layerwise.h"
 
 namespace ltrain::models {
+
+namespace {
+constexpr int64_t kIgnoredTarget = -100;  // data::kIgnoredTarget (models do not include data/)
+}  // namespace
 namespace {
 
 using torch::autograd::AutogradContext;
@@ -204,9 +208,12 @@ torch::Tensor vocabParallelLogits(const torch::Tensor& x, const torch::Tensor& w
 
 torch::Tensor vocabParallelCrossEntropy(const torch::Tensor& local_logits,
                                         const torch::Tensor& targets, TensorParallelism& tp) {
-  const auto t = targets.to(local_logits.device());
-  return VocabParallelCrossEntropy::apply(local_logits.flatten(0, -2), t.flatten(), address(tp))
-      .mean();
+  const auto t = targets.to(local_logits.device()).flatten();
+  const auto losses = VocabParallelCrossEntropy::apply(local_logits.flatten(0, -2), t, address(tp));
+  // Targets of -100 (chat data's prompts and padding) count for nothing, as cross-entropy's
+  // ignore_index: the mean is over the others.
+  const auto learned = t.ne(kIgnoredTarget);
+  return losses.masked_fill(learned.logical_not(), 0.0).sum() / learned.sum();
 }
 
 const TensorSplit& TensorParallelism::split(const std::string& name) const {
