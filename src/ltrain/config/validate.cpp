@@ -242,7 +242,9 @@ void tensorParallel(const LoadedConfig& lc) {
                                   "and"),
                    c.model.name));
   spec->validate_tensor_parallel(lc, n);
-  if (c.data.dataset == "preference")  // DPO scores sequences from whole-vocabulary logits
+  // DPO keeps its reference (the starting values) before a resume loads the run's weights, but a
+  // tensor-parallel model's values are made as the plan spreads it, together with a resume's.
+  if (c.data.dataset == "preference")
     no("data.dataset", "does not combine with data.dataset preference (DPO) yet");
   if (c.dist.zero == 1 || c.dist.zero == 2)
     no("dist.zero", fmt::format("does not combine with dist.zero {}: across the groups it runs "
