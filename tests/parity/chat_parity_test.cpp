@@ -10,34 +10,20 @@
 #include <filesystem>
 
 #include "ltrain/io/safetensors.h"
+#include "support/chat_models.h"
 #include "support/process.h"
 #include "support/reference_run.h"
 #include "support/run_files.h"
 #include "test_paths.h"
 
 using Catch::Matchers::Contains;
+using ltrain::test::kFortunes;
+using ltrain::test::makeChatModel;
+using ltrain::test::requireRun;
 using ltrain::test::runProcess;
 using ltrain::test::TempDir;
 
 namespace {
-
-const std::string kSrc = LTRAIN_SOURCE_DIR;
-const std::string kTools = kSrc + "/tests/parity/hf_tools.py";
-const std::string kPrepare = kSrc + "/scripts/prepare_chat.py";
-const std::string kFortunes = "/usr/share/games/fortunes/cookie";
-
-void run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env = {}) {
-  auto r = runProcess(argv, env);
-  INFO(argv[0] << " " << (argv.size() > 1 ? argv[1] : "") << ":\n" << r.out << r.err);
-  REQUIRE(r.exit_code == 0);
-}
-
-// A small transformers Llama (vocabulary 384) with a chat tokenizer of its own (380 tokens and
-// the template's special tokens) in `dir`.
-void makeChatModel(const std::string& dir, const std::string& vocab = "380") {
-  run({LTRAIN_PYTHON, kTools, "make-llama", dir, "--vocab", "384"});
-  run({LTRAIN_PYTHON, kTools, "add-chat-tokenizer", dir, vocab, kFortunes});
-}
 
 // ltrain and the Python reference on `config` with `n` processes: the same loss at every step.
 void trainBoth(const TempDir& dir, const std::string& config, const std::string& base,
@@ -66,11 +52,13 @@ TEST_CASE(
   TempDir dir;
   const std::string base = dir / "base", jsonl = dir / "chats.jsonl";
   makeChatModel(base);
-  run({LTRAIN_PYTHON, kTools, "make-chats", jsonl, kFortunes, "60"});
+  requireRun({LTRAIN_PYTHON, ltrain::test::kHfTools, "make-chats", jsonl, kFortunes, "60"});
 
   // Every example kept: the masks against return_assistant_tokens_mask's, token for token.
-  run({LTRAIN_PYTHON, kPrepare, jsonl, "--model", base, "--out", dir / "all"});
-  run({LTRAIN_PYTHON, kTools, "chat-masks", base, jsonl, dir / "oracle.safetensors"});
+  requireRun(
+      {LTRAIN_PYTHON, ltrain::test::kPrepareChat, jsonl, "--model", base, "--out", dir / "all"});
+  requireRun({LTRAIN_PYTHON, ltrain::test::kHfTools, "chat-masks", base, jsonl,
+              dir / "oracle.safetensors"});
   auto oracle = ltrain::io::loadSafetensors(dir / "oracle.safetensors");
   auto train = ltrain::io::loadSafetensors(dir / "all/train.safetensors");
   auto val = ltrain::io::loadSafetensors(dir / "all/val.safetensors");
@@ -82,7 +70,8 @@ TEST_CASE(
 
   // Examples up to 120 tokens (the model's context is 128), trained fully on one process...
   const std::string data = dir / "chats";
-  run({LTRAIN_PYTHON, kPrepare, jsonl, "--model", base, "--out", data, "--max-length", "120"});
+  requireRun({LTRAIN_PYTHON, ltrain::test::kPrepareChat, jsonl, "--model", base, "--out", data,
+              "--max-length", "120"});
   const std::string common =
       "seed: 1\n"
       "data: {dataset: chat, path: " +
@@ -98,20 +87,20 @@ TEST_CASE(
   ltrain::test::writeText(dir / "full.yaml", common);
   trainBoth(dir, dir / "full.yaml", base, "1", "full");
   // ... and as LoRA from a PEFT adapter under DDP on two.
-  run({LTRAIN_PYTHON, kTools, "make-adapter", base, dir / "adapter", "--targets",
-       "q_proj,k_proj,v_proj,o_proj", "--rank", "4", "--alpha", "8"});
+  requireRun({LTRAIN_PYTHON, ltrain::test::kHfTools, "make-adapter", base, dir / "adapter",
+              "--targets", "q_proj,k_proj,v_proj,o_proj", "--rank", "4", "--alpha", "8"});
   ltrain::test::writeText(dir / "lora.yaml",
                           common + "finetune: {adapter_from: " + (dir / "adapter") + "}\n");
   trainBoth(dir, dir / "lora.yaml", base, "2", "lora");
 
   // The merged export keeps the model's tokenizer files: its chat template renders as the base's.
-  run({LTRAIN_BINARY, "export", "--run", dir / "lt_lora", "--hf", dir / "merged"});
-  run({LTRAIN_PYTHON, "-c",
-       "import sys; from transformers import AutoTokenizer as A\n"
-       "m = [{'role': 'user', 'content': 'hi'}]\n"
-       "a, b = (A.from_pretrained(d).apply_chat_template(m) for d in sys.argv[1:])\n"
-       "sys.exit(0 if a == b else f'{a} != {b}')",
-       base, dir / "merged"});
+  requireRun({LTRAIN_BINARY, "export", "--run", dir / "lt_lora", "--hf", dir / "merged"});
+  requireRun({LTRAIN_PYTHON, "-c",
+              "import sys; from transformers import AutoTokenizer as A\n"
+              "m = [{'role': 'user', 'content': 'hi'}]\n"
+              "a, b = (A.from_pretrained(d).apply_chat_template(m) for d in sys.argv[1:])\n"
+              "sys.exit(0 if a == b else f'{a} != {b}')",
+              base, dir / "merged"});
 }
 
 TEST_CASE(
@@ -124,20 +113,22 @@ TEST_CASE(
   // Only the user speaks: nothing to learn.
   ltrain::test::writeText(dir / "mute.jsonl",
                           "{\"messages\": [{\"role\": \"user\", \"content\": \"hello\"}]}\n");
-  auto r = runProcess(
-      {LTRAIN_PYTHON, kPrepare, dir / "mute.jsonl", "--model", base, "--out", dir / "mute"});
+  auto r = runProcess({LTRAIN_PYTHON, ltrain::test::kPrepareChat, dir / "mute.jsonl", "--model",
+                       base, "--out", dir / "mute"});
   CHECK(r.exit_code != 0);
   CHECK_THAT(r.err, Contains("mute.jsonl:1: the loss mask leaves no token to learn from"));
   CHECK_FALSE(std::filesystem::exists(dir / "mute"));
   // A record of no known shape.
   ltrain::test::writeText(dir / "odd.jsonl", "{\"question\": \"a\", \"answer\": \"b\"}\n");
-  r = runProcess(
-      {LTRAIN_PYTHON, kPrepare, dir / "odd.jsonl", "--model", base, "--out", dir / "odd"});
+  r = runProcess({LTRAIN_PYTHON, ltrain::test::kPrepareChat, dir / "odd.jsonl", "--model", base,
+                  "--out", dir / "odd"});
   CHECK(r.exit_code != 0);
   CHECK_THAT(r.err, Contains("odd.jsonl:1: expected \"messages\""));
 
-  run({LTRAIN_PYTHON, kTools, "make-chats", dir / "chats.jsonl", kFortunes, "12"});
-  run({LTRAIN_PYTHON, kPrepare, dir / "chats.jsonl", "--model", base, "--out", dir / "chats"});
+  requireRun(
+      {LTRAIN_PYTHON, ltrain::test::kHfTools, "make-chats", dir / "chats.jsonl", kFortunes, "12"});
+  requireRun({LTRAIN_PYTHON, ltrain::test::kPrepareChat, dir / "chats.jsonl", "--model", base,
+              "--out", dir / "chats"});
   // Another tokenizer (a smaller vocabulary), and the same one with another template.
   const std::string other = dir / "other", retemplated = dir / "retemplated";
   makeChatModel(other, "300");

@@ -11,28 +11,22 @@
 #include <filesystem>
 
 #include "ltrain/io/safetensors.h"
+#include "support/chat_models.h"
 #include "support/process.h"
 #include "support/run_files.h"
 #include "test_paths.h"
 
 using Catch::Matchers::Contains;
+using ltrain::test::kFortunes;
+using ltrain::test::makeChatModel;
+using ltrain::test::requireRun;
 using ltrain::test::runProcess;
 using ltrain::test::TempDir;
 
 namespace {
 
-const std::string kSrc = LTRAIN_SOURCE_DIR;
-const std::string kTools = kSrc + "/tests/parity/hf_tools.py";
-const std::string kOracle = kSrc + "/tests/parity/dpo_reference.py";
-const std::string kPrepare = kSrc + "/scripts/prepare_chat.py";
-const std::string kFortunes = "/usr/share/games/fortunes/cookie";
+const std::string kOracle = std::string(LTRAIN_SOURCE_DIR) + "/tests/parity/dpo_reference.py";
 constexpr int kTrainPairs = 24, kSteps = 6;
-
-void run(const std::vector<std::string>& argv) {
-  auto r = runProcess(argv);
-  INFO(argv[0] << " " << (argv.size() > 1 ? argv[1] : "") << ":\n" << r.out << r.err);
-  REQUIRE(r.exit_code == 0);
-}
 
 // TRL's run (OUT/log.json) beside ltrain's (RUN/metrics.jsonl): every logged value, every step.
 void compare(const std::string& trl, const std::string& lt) {
@@ -67,10 +61,10 @@ TEST_CASE(
     "[parity][slow][hf]") {
   TempDir dir;
   const std::string base = dir / "base", jsonl = dir / "pairs.jsonl", data = dir / "pairs";
-  run({LTRAIN_PYTHON, kTools, "make-llama", base, "--vocab", "384"});
-  run({LTRAIN_PYTHON, kTools, "add-chat-tokenizer", base, "380", kFortunes});
-  run({LTRAIN_PYTHON, kTools, "make-pairs", jsonl, kFortunes, "30", "chat"});
-  run({LTRAIN_PYTHON, kPrepare, jsonl, "--model", base, "--out", data, "--val-fraction", "0.2"});
+  makeChatModel(base);
+  requireRun({LTRAIN_PYTHON, ltrain::test::kHfTools, "make-pairs", jsonl, kFortunes, "30", "chat"});
+  requireRun({LTRAIN_PYTHON, ltrain::test::kPrepareChat, jsonl, "--model", base, "--out", data,
+              "--val-fraction", "0.2"});
 
   const auto oracle = [&](const std::string& out, const std::string& batch,
                           const std::vector<std::string>& extra) {
@@ -92,7 +86,7 @@ TEST_CASE(
                                   "--clip",
                                   "1.0"};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    run(argv);
+    requireRun(argv);
   };
   oracle(dir / "trl_full", "4", {});
 
@@ -127,8 +121,8 @@ TEST_CASE(
   compare(dir / "trl_full", dir / "lt_full");
 
   // LoRA from a PEFT adapter (B not zero): two processes of 2 pairs each are TRL's batch of 4.
-  run({LTRAIN_PYTHON, kTools, "make-adapter", base, dir / "adapter", "--targets",
-       "q_proj,k_proj,v_proj,o_proj", "--rank", "4", "--alpha", "8"});
+  requireRun({LTRAIN_PYTHON, ltrain::test::kHfTools, "make-adapter", base, dir / "adapter",
+              "--targets", "q_proj,k_proj,v_proj,o_proj", "--rank", "4", "--alpha", "8"});
   oracle(dir / "trl_lora", "4", {"--adapter", dir / "adapter"});
   ltrain::test::writeText(dir / "lora.yaml",
                           common("2") +
@@ -141,7 +135,7 @@ TEST_CASE(
   REQUIRE(r.exit_code == 0);
   compare(dir / "trl_lora", dir / "lt_lora");
   // The tuned adapter goes out as PEFT's files.
-  run({LTRAIN_BINARY, "export", "--run", dir / "lt_lora", "--peft", dir / "tuned"});
+  requireRun({LTRAIN_BINARY, "export", "--run", dir / "lt_lora", "--peft", dir / "tuned"});
   CHECK(std::filesystem::exists(dir / "tuned/adapter_model.safetensors"));
 }
 
@@ -151,12 +145,11 @@ TEST_CASE(
     "[hf]") {
   TempDir dir;
   const std::string base = dir / "base";
-  run({LTRAIN_PYTHON, kTools, "make-llama", base, "--vocab", "384"});
-  run({LTRAIN_PYTHON, kTools, "add-chat-tokenizer", base, "380", kFortunes});
+  makeChatModel(base);
   const auto prepare = [&](const std::string& name, const std::string& lines) {
     ltrain::test::writeText(dir / (name + ".jsonl"), lines);
-    return runProcess(
-        {LTRAIN_PYTHON, kPrepare, dir / (name + ".jsonl"), "--model", base, "--out", dir / name});
+    return runProcess({LTRAIN_PYTHON, ltrain::test::kPrepareChat, dir / (name + ".jsonl"),
+                       "--model", base, "--out", dir / name});
   };
   const std::string pair = R"({"prompt": "a", "chosen": "b", "rejected": "c"})"
                            "\n";
