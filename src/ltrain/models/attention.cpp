@@ -11,7 +11,7 @@ torch::Tensor cachedAttention(const torch::Tensor& q, const torch::Tensor& k,
                               const torch::Tensor& v, double dropout, bool gqa, int64_t window) {
   const int64_t tq = q.size(2), tk = k.size(2);
   if (const auto* packed = packedPositions(); packed && tq == tk)  // data.packing: per example
-    return at::scaled_dot_product_attention(q, k, v, packedAttentionMask(*packed, window), dropout,
+    return at::scaled_dot_product_attention(q, k, v, packedAttentionMask(window), dropout,
                                             /*is_causal=*/false,
                                             /*scale=*/std::nullopt, gqa);
   if (window > 0 && tk > window) {

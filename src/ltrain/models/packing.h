@@ -7,6 +7,8 @@
 #pragma once
 #include <torch/types.h>
 
+#include <map>
+
 namespace ltrain::models {
 
 class PackedPositions {
@@ -17,15 +19,18 @@ class PackedPositions {
   PackedPositions& operator=(const PackedPositions&) = delete;
 
  private:
-  const torch::Tensor* previous_;
+  friend const torch::Tensor* packedPositions();
+  friend const torch::Tensor& packedAttentionMask(int64_t window);
+  PackedPositions* previous_;
   torch::Tensor positions_;
+  std::map<int64_t, torch::Tensor> masks_;  // by window: made once a forward, not once a layer
 };
 
 // The positions in force on this thread ([B, T] int64), or nullptr when the block is one example.
 const torch::Tensor* packedPositions();
 
-// The attention mask of the packed block, [B, 1, T, T] bool: query i sees key j of its own
-// example with j <= i (and, `window` > 0, i - j < window).
-torch::Tensor packedAttentionMask(const torch::Tensor& positions, int64_t window);
+// The attention mask of the packed block in force (packedPositions() not null), [B, 1, T, T]
+// bool: query i sees key j of its own example with j <= i (and, `window` > 0, i - j < window).
+const torch::Tensor& packedAttentionMask(int64_t window);
 
 }  // namespace ltrain::models
