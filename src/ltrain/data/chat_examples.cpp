@@ -38,7 +38,7 @@ class ChatExamples final : public ExampleSource {
     for (int64_t i = 0; i < n;) {
       int64_t j = i + 1, used = off[i + 1] - off[i];
       if (layout_ == Layout::kPacked)
-        while (j < n && used + off[j + 1] - off[j] <= block_size_) used += off[j + 1] - off[j++];
+        for (; j < n && used + off[j + 1] - off[j] <= block_size_; ++j) used += off[j + 1] - off[j];
       else if (layout_ == Layout::kPairs)
         j = i + 2;
       firsts_.push_back(i);
