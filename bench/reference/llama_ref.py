@@ -9,6 +9,8 @@ names (model.embed_tokens.weight, model.layers.0.self_attn.q_proj.weight, ...):
 
 forward(ids) gives the logits; weights()/load_weights() hold a tied head once, as ltrain saves it.
 """
+import os
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -163,3 +165,56 @@ def llama_model(m, vocab):
     except ImportError:
         return EagerLlama(m, vocab)
     return transformers_llama(m, vocab)
+
+
+def transformers_moe(m, vocab):
+    """ltrain's mixtral and qwen3_moe: transformers' MixtralForCausalLM and Qwen3MoeForCausalLM.
+    forward(ids) keeps the routers' load-balancing loss in last_aux. Their experts are held fused
+    ([experts, 2 x width, n_embd]); weights in the checkpoints' names (ltrain's) go in and out
+    through save_pretrained and from_pretrained, so transformers converts them itself."""
+    import tempfile
+    from safetensors.torch import load_file, save_file
+    from transformers import AutoModelForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen3MoeConfig, \
+        Qwen3MoeForCausalLM
+    common = dict(vocab_size=vocab, hidden_size=m["n_embd"], intermediate_size=m["intermediate_size"],
+                  num_hidden_layers=m["n_layer"], num_attention_heads=m["n_head"],
+                  num_key_value_heads=m["n_kv_head"] or m["n_head"],
+                  head_dim=m["head_dim"] or m["n_embd"] // m["n_head"],
+                  max_position_embeddings=m["block_size"], rms_norm_eps=m["norm_eps"],
+                  rope_theta=m["rope_theta"], tie_word_embeddings=m["tie_weights"],
+                  attention_dropout=m["dropout"], num_experts_per_tok=m["num_experts_per_tok"],
+                  router_aux_loss_coef=m["router_aux_loss_coef"],
+                  output_router_logits=m["output_router_logits"], hidden_act="silu",
+                  bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    if m["name"] == "mixtral":
+        base, config = MixtralForCausalLM, MixtralConfig(
+            num_local_experts=m["num_experts"], sliding_window=m["sliding_window"] or None, **common)
+    else:
+        base, config = Qwen3MoeForCausalLM, Qwen3MoeConfig(
+            num_experts=m["num_experts"], norm_topk_prob=m["norm_topk_prob"],
+            moe_intermediate_size=m["moe_intermediate_size"] or m["intermediate_size"], **common)
+
+    class MoeRef(base):
+        def forward(self, ids):
+            out = super().forward(input_ids=ids, use_cache=False, output_router_logits=True)
+            self.last_aux = out.aux_loss
+            return out.logits
+
+        def weights(self):
+            with tempfile.TemporaryDirectory() as d:
+                self.save_pretrained(d)
+                return load_file(os.path.join(d, "model.safetensors"))
+
+        def load_weights(self, sd):
+            with tempfile.TemporaryDirectory() as d:
+                self.config.save_pretrained(d)
+                save_file({k: v.contiguous() for k, v in sd.items()}, os.path.join(d, "model.safetensors"),
+                          metadata={"format": "pt"})
+                loaded = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32)
+            missing, unexpected = self.load_state_dict(loaded.state_dict(), strict=False)
+            if missing or unexpected:
+                raise KeyError(f"weights do not match: missing {missing}, unexpected {unexpected}")
+
+    model = MoeRef(config)
+    model.config._attn_implementation = "sdpa"
+    return model

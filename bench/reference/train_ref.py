@@ -354,6 +354,9 @@ def main():
     if cfg["model"]["name"] == "llama":
         from llama_ref import llama_model
         model = llama_model(cfg["model"], classes)
+    elif cfg["model"]["name"] in ("mixtral", "qwen3_moe"):
+        from llama_ref import transformers_moe
+        model = transformers_moe(cfg["model"], classes)
     elif cfg["model"]["name"] == "torchscript":
         # The module itself, its weights as saved: ltrain starts from the same file.
         model = torch.jit.load(cfg["model"]["path"])
@@ -400,6 +403,7 @@ def main():
         model = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cfg["dist"]["bucket_cap_mb"],
                                                     find_unused_parameters=cfg["dist"]["find_unused_parameters"])
     opt = make_optimizer(cfg["optimizer"], model.parameters())
+    core, m, w_aux = model.module if world > 1 and not args.fsdp else model, cfg["model"], 0.0
     # ltrain's train.precision: autocast to bf16/fp16, fp16 with torch's own GradScaler.
     precision = cfg["train"]["precision"]
     amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(precision)
@@ -446,6 +450,11 @@ def main():
                 with ctx:
                     with torch.autocast(device.type, dtype=amp_dtype or torch.float32, enabled=amp_dtype is not None):
                         loss = loss_of(model(x).float(), y)
+                        aux = getattr(core, "last_aux", None)  # mixtral, qwen3_moe: the routers'
+                        if aux is not None:
+                            w_aux += aux.detach().double() / k
+                            if m["output_router_logits"]:
+                                loss = loss + m["router_aux_loss_coef"] * aux
                     scaler.scale(loss / k).backward()
                 # Kept on the device and read once per logging window, not once per micro-step
                 # (a host sync that would stall a GPU's queue). Summed in float64 as a Python
@@ -470,10 +479,18 @@ def main():
                     dist.all_reduce(mean)
                     mean /= world
                 secs = time.time() - w_start
+                record = {"step": step, "epoch": epoch, "split": "train", "loss": mean.item(),
+                          "samples_per_s": w_samples / secs, "data_wait_share": w_wait / secs,
+                          "wall_time": time.time()}
+                if torch.is_tensor(w_aux):  # the routers' loss, as ltrain reports it
+                    aux_mean = (w_aux / window_n).to(device).reshape(1)
+                    if world > 1:
+                        dist.all_reduce(aux_mean)
+                        aux_mean /= world
+                    record["aux_loss"] = aux_mean.item()
+                    w_aux = 0.0
                 if metrics:
-                    metrics.write(json.dumps({"step": step, "epoch": epoch, "split": "train", "loss": mean.item(),
-                                              "samples_per_s": w_samples / secs, "data_wait_share": w_wait / secs,
-                                              "wall_time": time.time()}) + "\n")
+                    metrics.write(json.dumps(record) + "\n")
                     metrics.flush()
                 window, window_n = 0.0, 0
                 w_start, w_samples, w_wait = time.time(), 0, 0.0

@@ -238,7 +238,7 @@ TEST_CASE(
        "/usr/share/games/fortunes/cookie", "--out", dir / "data", "--vocab-size", "320"});
   INFO(prep.err);
   REQUIRE(prep.exit_code == 0);
-  for (const std::string arch : {"llama", "gpt2", "qwen3", "mistral"}) {
+  for (const std::string arch : {"llama", "gpt2", "qwen3", "mistral", "mixtral", "qwen3_moe"}) {
     INFO(arch);
     const std::string hf = dir / (arch + "-in");
     python({"make-" + arch, hf, "--vocab", "320", "--seed", "11"});

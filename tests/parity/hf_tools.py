@@ -5,6 +5,9 @@ locally (no downloads), runs them, and trains and applies tokenizers with the `t
   hf_tools.py make-gpt2 DIR --vocab V [--seed S]
   hf_tools.py make-qwen3 DIR --vocab V [--tied] [--seed S]    (head_dim 16, wider than 32 / 4)
   hf_tools.py make-mistral DIR --vocab V [--tied] [--seed S] [--window W]
+  hf_tools.py make-mixtral DIR --vocab V [--tied] [--seed S] [--window W] [--aux C] [--router-loss]
+  hf_tools.py make-qwen3_moe DIR --vocab V [--tied] [--seed S] [--raw-topk] [--aux C] [--router-loss]
+  hf_tools.py router-losses DIR IDS.safetensors OUT.safetensors   (logits, aux_loss, loss)
   hf_tools.py logits DIR IDS.safetensors OUT.safetensors     (transformers' logits for ids)
   hf_tools.py make-adapter BASE OUT [--targets q_proj,v_proj] [--rank R] [--alpha A] [--seed S]
                                                               (a PEFT LoRA adapter; B not zero)
@@ -92,6 +95,61 @@ def make_mistral(d, args):
     model = MistralForCausalLM(cfg)
     perturb_norms(model)
     model.save_pretrained(d)
+
+
+def decisive_routers(model):
+    """Routers drawn wide (N(0, 0.5)), so that no token's top-k choice hangs on a rounding
+    difference between two implementations (transformers' std 0.02 makes near-ties)."""
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith(".gate.weight"):
+                p.normal_(0.0, 0.5)
+
+
+def make_mixtral(d, args):
+    from transformers import MixtralConfig, MixtralForCausalLM
+    torch.manual_seed(value(args, "--seed", 0))
+    window = value(args, "--window", 0)
+    cfg = MixtralConfig(vocab_size=value(args, "--vocab", 64), hidden_size=32, intermediate_size=48,
+                        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                        num_local_experts=4, num_experts_per_tok=2, max_position_embeddings=128,
+                        rms_norm_eps=1e-5, rope_theta=10000.0, sliding_window=window or None,
+                        router_aux_loss_coef=value(args, "--aux", 0.001),
+                        output_router_logits=flag(args, "--router-loss"),
+                        tie_word_embeddings=flag(args, "--tied"), bos_token_id=None, eos_token_id=None)
+    model = MixtralForCausalLM(cfg)
+    decisive_routers(model)
+    perturb_norms(model)
+    model.save_pretrained(d)
+
+
+def make_qwen3_moe(d, args):
+    from transformers import Qwen3MoeConfig, Qwen3MoeForCausalLM
+    torch.manual_seed(value(args, "--seed", 0))
+    cfg = Qwen3MoeConfig(vocab_size=value(args, "--vocab", 64), hidden_size=32, intermediate_size=80,
+                         moe_intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2, head_dim=16, num_experts=6, num_experts_per_tok=3,
+                         norm_topk_prob=not flag(args, "--raw-topk"), max_position_embeddings=128,
+                         rms_norm_eps=1e-6, rope_theta=1000000.0,
+                         router_aux_loss_coef=value(args, "--aux", 0.001),
+                         output_router_logits=flag(args, "--router-loss"),
+                         tie_word_embeddings=flag(args, "--tied"), bos_token_id=None, eos_token_id=None)
+    model = Qwen3MoeForCausalLM(cfg)
+    decisive_routers(model)
+    perturb_norms(model)
+    model.save_pretrained(d)
+
+
+def router_losses(d, ids_file, out):
+    """transformers' loss terms of a causal LM with routers: the logits, aux_loss (its
+    load-balancing loss) and the loss with labels = ids (shifted inside, as transformers does)."""
+    ids = load_file(ids_file)["ids"]
+    model = load(d)
+    model.config.output_router_logits = True
+    with torch.no_grad():
+        o = model(input_ids=ids, labels=ids, output_router_logits=True)
+    save_file({"logits": o.logits.contiguous(), "aux_loss": o.aux_loss.reshape(1),
+               "loss": o.loss.reshape(1)}, out)
 
 
 def make_gpt2(d, args):
@@ -276,6 +334,12 @@ def main():
         make_qwen3(args[0], args[1:])
     elif cmd == "make-mistral":
         make_mistral(args[0], args[1:])
+    elif cmd == "make-mixtral":
+        make_mixtral(args[0], args[1:])
+    elif cmd == "make-qwen3_moe":
+        make_qwen3_moe(args[0], args[1:])
+    elif cmd == "router-losses":
+        router_losses(*args)
     elif cmd == "logits":
         logits(*args)
     elif cmd == "make-adapter":

@@ -76,6 +76,12 @@ struct ModelConfig {
   double norm_eps;            // llama: RMSNorm epsilon
   int64_t head_dim;           // llama, qwen3, mistral: width of one head; 0 = n_embd / n_head
   int64_t sliding_window;     // mistral: keys a query attends to (itself included); 0 = all
+  // mixtral, qwen3_moe: a router sends each token to num_experts_per_tok of num_experts SwiGLU
+  // experts, each moe_intermediate_size wide (0: intermediate_size).
+  int64_t num_experts, num_experts_per_tok, moe_intermediate_size;
+  bool norm_topk_prob;          // qwen3_moe: the chosen experts' weights renormalised to sum to 1
+  double router_aux_loss_coef;  // the load-balancing loss's weight in the training loss
+  bool output_router_logits;    // as transformers: the load-balancing loss joins the training loss
   Placement placement;
   int64_t pipeline_stages, micro_batches;
   std::string pipeline_schedule;  // gpipe | 1f1b
@@ -140,6 +146,9 @@ struct DistConfig {
   int64_t tensor_parallel;
   // dist.tensor_parallel: norms and the residual stream hold 1/N of the sequence on each rank
   bool sequence_parallel;
+  // Ranks per expert-parallel group (mixtral, qwen3_moe): each holds 1/N of every layer's experts,
+  // tokens sent to them and back by all-to-all; world = replicas x N, consecutive ranks a group
+  int64_t expert_parallel;
 };
 
 // Fine-tuning an existing model (finetune.method): the whole of it, LoRA adapters on a frozen

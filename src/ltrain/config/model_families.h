@@ -15,10 +15,11 @@ struct ModelFamily {
   // The user's own network: it reads whatever its layers read, and the rules about data leave it
   // alone.
   bool users_own = false;
-  bool needs_images = false;     // inputs [C, H, W] only
-  bool repeated_blocks = false;  // train.activation_checkpointing recomputes its blocks
-  bool tensor_parallel = false;  // dist.tensor_parallel splits it
-  bool layer_summary = false;    // the start of a run lists its layers as written, one a line
+  bool needs_images = false;        // inputs [C, H, W] only
+  bool repeated_blocks = false;     // train.activation_checkpointing recomputes its blocks
+  bool tensor_parallel = false;     // dist.tensor_parallel splits it
+  bool layer_summary = false;       // the start of a run lists its layers as written, one a line
+  bool mixture_of_experts = false;  // its feed-forward layers are routed experts (models/moe.h)
 };
 
 // Every family, in the order model.name's help lists them.

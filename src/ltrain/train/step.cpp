@@ -8,6 +8,8 @@
 #include <stdexcept>
 
 #include "ltrain/compute/precision.h"
+#include "ltrain/config/model_families.h"
+#include "ltrain/models/moe.h"
 #include "ltrain/models/packing.h"
 #include "ltrain/models/tensor_parallel.h"
 #include "ltrain/train/loss.h"
@@ -69,6 +71,7 @@ StepResult TrainStep::run(data::Loader& loader, const StepPosition& at, int64_t 
     r.loss += loss.detach().to(devices_.main) / micro_batches;
     r.samples += b.targets.size(0);
   }
+  if (r.aux_loss.defined()) r.aux_loss /= static_cast<double>(micro_batches);
   // Decided on the reduced gradients, which are the same on every rank (an inf or nan anywhere
   // reaches every rank through the sum): all skip, or all stop, at the same step.
   r.found_inf = plan_.finishGradients(scaler_.enabled() ? scaler_.inverse() : torch::Tensor());
@@ -111,7 +114,24 @@ torch::Tensor TrainStep::forwardLoss(const data::Batch& b, int64_t step, StepRes
     return models::vocabParallelCrossEntropy(
         compute::forward(model_, x, devices_).to(torch::kFloat), y, *model_->tp);
   }
-  return crossEntropy(compute::forward(model_, x, devices_).to(torch::kFloat), y);
+  if (!config::modelFamily(cfg_.model.name).mixture_of_experts)
+    return crossEntropy(compute::forward(model_, x, devices_).to(torch::kFloat), y);
+  models::RouterTally routers;  // what the experts' layers of this forward chose
+  auto loss = crossEntropy(compute::forward(model_, x, devices_).to(torch::kFloat), y);
+  return withRouterLoss(loss, routers, r);
+}
+
+// transformers' MoE causal LM: loss + router_aux_loss_coef x the load-balancing loss, when
+// output_router_logits; reported either way.
+torch::Tensor TrainStep::withRouterLoss(const torch::Tensor& loss,
+                                        const models::RouterTally& routers, StepResult& r) const {
+  if (routers.layers() == 0) return loss;
+  const auto aux = routers.auxLoss();
+  const auto counts = routers.counts();
+  r.aux_loss = r.aux_loss.defined() ? r.aux_loss + aux.detach() : aux.detach();
+  r.expert_counts = r.expert_counts.defined() ? r.expert_counts + counts : counts;
+  if (!cfg_.model.output_router_logits) return loss;
+  return loss + cfg_.model.router_aux_loss_coef * aux;
 }
 
 // model.pipeline_schedule 1f1b: the pipeline runs forward and backward together, micro-batch by

@@ -12,6 +12,7 @@
 #include "ltrain/data/loader.h"
 #include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/models/model.h"
+#include "ltrain/models/moe.h"
 #include "ltrain/train/dpo.h"
 #include "ltrain/train/faults.h"
 #include "ltrain/train/grad_scaler.h"
@@ -33,6 +34,9 @@ struct StepResult {
   torch::Tensor found_inf;
   int64_t samples = 0;      // examples this rank consumed
   torch::Tensor dpo_stats;  // finetune.method dpo: DpoTerms::stats summed over the micro-batches
+  // Mixture-of-experts families: the routers' load-balancing loss (the mean over the
+  // micro-batches) and the tokens each layer's experts got, [layers, experts], summed.
+  torch::Tensor aux_loss, expert_counts;
   double data_wait_s = 0;
 };
 
@@ -49,6 +53,8 @@ class TrainStep {
  private:
   data::Batch nextBatch(data::Loader& loader, StepResult& r);
   torch::Tensor forwardLoss(const data::Batch& b, int64_t step, StepResult& r);
+  torch::Tensor withRouterLoss(const torch::Tensor& loss, const models::RouterTally& routers,
+                               StepResult& r) const;
   torch::Tensor pipelineForwardBackward(const data::Batch& b, int64_t step, int64_t micro_batches,
                                         bool last);
   void snapshotBuffers();

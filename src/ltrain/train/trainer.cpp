@@ -190,6 +190,12 @@ void Trainer::announceLora(const models::LoraSummary& s) {
 // dist.tensor_parallel's groups are consecutive ranks on one host: the world and each host's ranks
 // must be whole groups.
 void Trainer::checkTensorParallelRanks() const {
+  const int64_t e = cfg_.dist.expert_parallel;
+  if (rt_.world_size % e != 0)
+    throw UsageError(fmt::format(
+        "dist.expert_parallel {} needs whole groups of {} ranks, but {} process(es) were started; "
+        "start a multiple of {} (ltrain launch --nproc-per-node {})",
+        e, e, rt_.world_size, e, e));
   const int64_t n = cfg_.dist.tensor_parallel;
   if (n == 1) return;
   if (rt_.world_size % n != 0 || rt_.local_world_size % n != 0)
@@ -400,6 +406,12 @@ void Trainer::afterStep(const StepResult& r, Window& w) {
   tally_->add(r.loss, r.found_inf, r.skipped, state_.step);
   if (r.dpo_stats.defined())
     w.dpo_stats = w.dpo_stats.defined() ? w.dpo_stats + r.dpo_stats : r.dpo_stats;
+  if (r.aux_loss.defined()) {
+    w.aux_loss = w.aux_loss.defined() ? w.aux_loss + r.aux_loss : r.aux_loss;
+    w.expert_counts =
+        w.expert_counts.defined() ? w.expert_counts + r.expert_counts : r.expert_counts;
+    ++w.aux_steps;
+  }
   if (reporter_.active()) {
     const double window = secondsSince(w.start);
     // The last report's loss: reading this step's would make the host wait for the device.

@@ -42,6 +42,9 @@ struct Window {
   double data_wait_s = 0, comm_wait_s = 0;
   int64_t steps = 0, samples = 0, collectives = 0;
   torch::Tensor dpo_stats;  // finetune.method dpo: the steps' DpoTerms::stats, summed
+  // Mixture-of-experts families: the steps' routers' loss and tokens per expert, summed.
+  torch::Tensor aux_loss, expert_counts;
+  int64_t aux_steps = 0;
 };
 
 class Trainer {

@@ -35,6 +35,25 @@
 #include "ltrain/train/sync_debug.h"
 
 namespace ltrain::train {
+namespace {
+
+// metrics.jsonl's aux_loss (the routers' load-balancing loss, unweighted, averaged over the
+// window's steps and the ranks) and expert_load_max_over_mean: over the window's tokens, the
+// busiest expert's share against an even one, in the least even layer (1: perfectly balanced).
+std::vector<std::pair<std::string, double>> routerMetrics(const std::vector<double>& sums,
+                                                          int64_t experts, int64_t steps) {
+  double worst = 0;
+  for (size_t at = 1; at + static_cast<size_t>(experts) <= sums.size(); at += experts) {
+    double most = 0, total = 0;
+    for (int64_t e = 0; e < experts; ++e)
+      most = std::max(most, sums[at + e]), total += sums[at + e];
+    if (total > 0) worst = std::max(worst, most * static_cast<double>(experts) / total);
+  }
+  return {{"aux_loss", sums[0] / static_cast<double>(std::max<int64_t>(steps, 1))},
+          {"expert_load_max_over_mean", worst}};
+}
+
+}  // namespace
 
 void Trainer::logWindow(Window& w, double lr) {
   const double secs = secondsSince(w.start);
@@ -53,11 +72,20 @@ void Trainer::logWindow(Window& w, double lr) {
     const auto host = w.dpo_stats.to(torch::kCPU, torch::kDouble).contiguous();
     dpo_sums.assign(host.data_ptr<double>(), host.data_ptr<double>() + host.numel());
   }
+  // Mixture of experts: the routers' loss, then the tokens each layer's experts got.
+  std::vector<double> router_sums;
+  if (w.aux_loss.defined()) {
+    router_sums.push_back(w.aux_loss.item<double>());
+    const auto counts = w.expert_counts.to(torch::kCPU, torch::kDouble).contiguous();
+    router_sums.insert(router_sums.end(), counts.data_ptr<double>(),
+                       counts.data_ptr<double>() + counts.numel());
+  }
   if (pg_) {
     auto sums = pg_->allreduceSum({loss, skipped});
     loss = sums[0] / rt_.world_size;  // the mean over ranks
     skipped = sums[1];
     if (!dpo_sums.empty()) dpo_sums = pg_->allreduceSum(dpo_sums);
+    if (!router_sums.empty()) router_sums = pg_->allreduceSum(router_sums);
   }
   last_window_loss_ = loss;
   TrainReport r;
@@ -80,6 +108,9 @@ void Trainer::logWindow(Window& w, double lr) {
         flops_per_token_ * r.samples_per_s * static_cast<double>(r.tokens_per_sample) / peak_flops_;
   if (scaler_.enabled()) r.loss_scale = scaler_.scale();
   if (!dpo_sums.empty()) r.extra = dpoMetrics(dpo_sums);
+  if (!router_sums.empty())
+    r.extra = routerMetrics(router_sums, w.expert_counts.size(1),
+                            w.aux_steps * (pg_ ? rt_.world_size : 1));
   if (pg_) {
     r.collectives_per_step = static_cast<double>(w.collectives) / w.steps;
     r.comm_wait_ms_per_step = 1000.0 * w.comm_wait_s / w.steps;

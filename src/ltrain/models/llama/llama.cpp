@@ -158,7 +158,10 @@ struct DecoderLayerImpl : torch::nn::Module, CachedLayer, RepeatedBlock {
   DecoderLayerImpl(const config::ModelConfig& c, const LlamaBlock& block,
                    std::shared_ptr<RotaryTables> rotary) {
     self_attn = register_module("self_attn", Attention(c, block, std::move(rotary)));
-    mlp = register_module("mlp", SwiGlu(c.n_embd, c.intermediate_size));
+    if (block.moe.experts > 0)
+      moe = register_module(block.moe.block, MoeBlock(c.n_embd, block.moe));
+    else
+      mlp = register_module("mlp", SwiGlu(c.n_embd, c.intermediate_size));
     input_layernorm = register_module("input_layernorm", RmsNorm(c.n_embd, c.norm_eps));
     post_attention_layernorm =
         register_module("post_attention_layernorm", RmsNorm(c.n_embd, c.norm_eps));
@@ -169,10 +172,12 @@ struct DecoderLayerImpl : torch::nn::Module, CachedLayer, RepeatedBlock {
   }
   torch::Tensor run(torch::Tensor x, int64_t pos, KvCache* cache) {
     x = x + self_attn->forward(input_layernorm(x), pos, cache);
-    return x + mlp(post_attention_layernorm(x));
+    const auto h = post_attention_layernorm(x);
+    return x + (moe ? moe(h) : mlp(h));
   }
   Attention self_attn{nullptr};
   SwiGlu mlp{nullptr};
+  MoeBlock moe{nullptr};
   RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
 };
 TORCH_MODULE(DecoderLayer);
@@ -205,8 +210,8 @@ Layerwise llamaLayers(const config::ModelConfig& cfg, const std::vector<int64_t>
     return torch::nn::AnyModule(LmHead(
         cfg.n_embd, vocab, cfg.tie_weights ? Embedding(built->ptr<EmbeddingImpl>(0)) : nullptr));
   });
-  // transformers' LlamaPreTrainedModel: N(0, 0.02) for every matrix and the embedding; the norms
-  // keep their ones.
+  // transformers' LlamaPreTrainedModel: N(0, 0.02) for every matrix and the embedding (Mixtral's:
+  // the routers and experts too); the norms keep their ones.
   f.init = [](size_t, torch::nn::Module& m) {
     for (auto& p : m.parameters())
       if (p.dim() == 2) p.normal_(0.0, 0.02);

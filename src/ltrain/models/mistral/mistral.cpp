@@ -10,7 +10,9 @@ namespace ltrain::models::mistral {
 ModelBuilder builder() {
   ModelBuilder b;
   b.layers = [](const config::ModelConfig& cfg, const std::vector<int64_t>& shape, int64_t vocab) {
-    return llamaLayers(cfg, shape, vocab, {false, cfg.sliding_window});
+    LlamaBlock block;
+    block.sliding_window = cfg.sliding_window;
+    return llamaLayers(cfg, shape, vocab, block);
   };
   return b;
 }

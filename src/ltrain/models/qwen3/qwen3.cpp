@@ -10,7 +10,9 @@ namespace ltrain::models::qwen3 {
 ModelBuilder builder() {
   ModelBuilder b;
   b.layers = [](const config::ModelConfig& cfg, const std::vector<int64_t>& shape, int64_t vocab) {
-    return llamaLayers(cfg, shape, vocab, {/*qk_norm=*/true, 0});
+    LlamaBlock block;
+    block.qk_norm = true;
+    return llamaLayers(cfg, shape, vocab, block);
   };
   return b;
 }
