@@ -363,6 +363,14 @@ std::vector<Option> buildSchema() {
              "of the sequence instead of all of it; the all-reduces become all-gathers and "
              "reduce-scatters of the same size. The sequence length must divide by N",
              false),
+      LT_OPT(dist.expert_parallel,
+             "The mixtures of experts (mixtral, qwen3_moe): ranks per expert-parallel group. Each "
+             "rank of a group holds 1/N of every layer's experts; a token goes to the ranks of its "
+             "experts and its outputs come back by all-to-all (Gloo on the CPU, NCCL on GPUs). "
+             "The rest of the model is replicated under DDP over the whole world; the world is "
+             "replicas x N, consecutive ranks forming a group",
+             int64_t{1})
+          .atLeast(1),
       LT_OPT(dist.shm_allreduce,
              "On the CPU, when every rank runs on one host: all-reduces (the gradient buckets, "
              "the stop vote) go through one shared-memory segment instead of Gloo's loopback "

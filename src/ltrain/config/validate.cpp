@@ -157,8 +157,34 @@ void activationCheckpointing(const LoadedConfig& lc) {
            "train.activation_checkpointing does not combine with dist.strategy dp; use ddp");
 }
 
+// dist.expert_parallel N: the experts of a mixture-of-experts family split N ways.
+void expertParallel(const LoadedConfig& lc) {
+  const ExperimentConfig& c = lc.cfg;
+  const int64_t n = c.dist.expert_parallel;
+  if (n == 1) return;
+  const auto no = refusalsOf(lc, "dist.expert_parallel", fmt::format("dist.expert_parallel {}", n));
+  if (!modelFamily(c.model.name).mixture_of_experts)
+    no("model.name",
+       fmt::format("splits the experts of {}, not model.name {}",
+                   models::listed(models::familiesWhere([](const models::ModelSpec& s) {
+                                    return s.traits.mixture_of_experts;
+                                  }),
+                                  "and"),
+                   c.model.name));
+  if (c.model.num_experts % n != 0)
+    no("model.num_experts",
+       fmt::format(
+           "needs model.num_experts ({}) to be a multiple of {}: each rank of a group holds "
+           "as many experts",
+           c.model.num_experts, n));
+  // The experts' gradients are reduced apart from the loss scaler's check of the rest.
+  if (c.train.precision == Precision::kFp16)
+    no("train.precision", "does not combine with train.precision fp16 yet; use bf16");
+}
+
 void distributedOptions(const LoadedConfig& lc) {
   const ExperimentConfig& c = lc.cfg;
+  expertParallel(lc);
   if (c.model.name == "torchscript") {
     if (c.model.placement == Placement::kPipeline)
       refuse(lc, "model.placement",

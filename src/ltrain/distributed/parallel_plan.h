@@ -176,5 +176,6 @@ std::unique_ptr<ParallelPlan> makeDdpPlan(PlanSetup setup);
 std::unique_ptr<ParallelPlan> makeZeroPlan(PlanSetup setup);   // dist.zero 1 and 2
 std::unique_ptr<ParallelPlan> makeZero3Plan(PlanSetup setup);  // dist.zero 3
 std::unique_ptr<ParallelPlan> makeTensorParallelPlan(PlanSetup setup);
+std::unique_ptr<ParallelPlan> makeExpertParallelPlan(PlanSetup setup);  // dist.expert_parallel
 
 }  // namespace ltrain::distributed

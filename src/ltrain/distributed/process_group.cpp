@@ -220,6 +220,19 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::broadcast(std::vector<at::Tensor>& 
   return backend_->broadcast(io);
 }
 
+c10::intrusive_ptr<c10d::Work> ProcessGroup::broadcastFrom(std::vector<at::Tensor>& io,
+                                                           int64_t root) {
+  c10d::BroadcastOptions opts;
+  opts.rootRank = root;
+  return backend_->broadcast(io, opts);
+}
+
+c10::intrusive_ptr<c10d::Work> ProcessGroup::allToAll(at::Tensor& out, at::Tensor& in,
+                                                      std::vector<int64_t> out_rows,
+                                                      std::vector<int64_t> in_rows) {
+  return backend_->alltoall_base(out, in, out_rows, in_rows);
+}
+
 c10::intrusive_ptr<c10d::Work> ProcessGroup::allgatherInto(at::Tensor& out, at::Tensor& in) {
   return backend_->_allgather_base(out, in);
 }

@@ -61,8 +61,14 @@ class ProcessGroup {
   // The other collectives every strategy uses, started now on the backend; wait() them. Here so
   // that one object owns every collective of the job (and can time, trace or reroute them).
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& io);  // rank 0's to all
+  c10::intrusive_ptr<c10d::Work> broadcastFrom(std::vector<at::Tensor>& io, int64_t root);
   // `out` (world x in's numel) gets every rank's `in`, in rank order.
   c10::intrusive_ptr<c10d::Work> allgatherInto(at::Tensor& out, at::Tensor& in);
+  // Rows of `in` (dimension 0) to every rank, in_rows[r] of them to rank r in rank order; `out`
+  // gets out_rows[r] rows from rank r, in rank order.
+  c10::intrusive_ptr<c10d::Work> allToAll(at::Tensor& out, at::Tensor& in,
+                                          std::vector<int64_t> out_rows,
+                                          std::vector<int64_t> in_rows);
   // `out` (in's numel / world) gets this rank's slice of the sum of every rank's `in`.
   c10::intrusive_ptr<c10d::Work> reduceScatterInto(at::Tensor& out, at::Tensor& in);
   // Rank 0's out[0] (world tensors shaped as `in`) gets every rank's in[0]; out empty elsewhere.

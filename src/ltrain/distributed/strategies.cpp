@@ -12,6 +12,8 @@ std::vector<Strategy>& strategies() {
   static std::vector<Strategy> list = {
       {"tensor_parallel", [](const PlanSetup& s) { return s.pg && s.dist.tensor_parallel > 1; },
        makeTensorParallelPlan},
+      {"expert_parallel", [](const PlanSetup& s) { return s.pg && s.dist.expert_parallel > 1; },
+       makeExpertParallelPlan},
       // A process group of one shards too (a single launched worker with an explicit
       // dist.backend): its reduce-scatters, all-gathers and unit hooks then run on one GPU.
       {"zero3", [](const PlanSetup& s) { return s.pg && s.dist.zero == 3; }, makeZero3Plan},

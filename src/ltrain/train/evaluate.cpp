@@ -10,6 +10,7 @@
 #include "ltrain/data/loader.h"
 #include "ltrain/distributed/mesh.h"
 #include "ltrain/inference/trained_model.h"
+#include "ltrain/models/moe.h"
 #include "ltrain/models/tensor_parallel.h"
 #include "ltrain/train/loss.h"
 
@@ -63,9 +64,12 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
     ++batches;
     last = b;
   }
-  // dist.zero 3's layer hooks gather parameters with collectives: every rank runs as many
-  // forwards as the largest shard needs, a shorter shard repeating a batch it does not count.
-  if (model->runner && model->runner->hooks && pg && shards > 1) {
+  // dist.zero 3's layer hooks gather parameters with collectives, and dist.expert_parallel's
+  // experts exchange tokens: every rank runs as many forwards as the largest shard needs, a
+  // shorter shard repeating a batch it does not count.
+  const bool collective =
+      (model->runner && model->runner->hooks) || models::exchangesTokens(*model);
+  if (collective && pg && shards > 1) {
     const int64_t most = (ds.size() + shards - 1) / shards;
     const int64_t needed = (most + batch_size - 1) / batch_size;
     if (batches == 0 && needed > 0) {
