@@ -16,9 +16,11 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
 #include <stdexcept>
+#include <utility>
 
 #include "ltrain/distributed/mesh.h"
 #include "ltrain/distributed/optimizer_state.h"
@@ -42,12 +44,17 @@ class GroupExchange final : public models::ExpertExchange {
     shape[0] = 0;
     for (const auto r : recv) shape[0] += r;
     auto out = torch::empty(shape, input.options());
+    const auto start = std::chrono::steady_clock::now();
     pg_->wait(pg_->allToAll(out, input, recv, send));
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     return out;
   }
+  // The time spent in all-to-alls since the last call.
+  double takeSeconds() { return std::exchange(seconds_, 0.0); }
 
  private:
   std::shared_ptr<ProcessGroup> pg_;
+  double seconds_ = 0;
 };
 
 class ExpertParallelPlan final : public ParallelPlan, private PlanState {
@@ -64,7 +71,8 @@ class ExpertParallelPlan final : public ParallelPlan, private PlanState {
     // The whole model's parameters, as a checkpoint lists them, before the others' experts go.
     for (const auto& p : model_->named_parameters())
       whole_.push_back({p.key(), p.value().sizes().vec(), -1});
-    const auto owners = models::splitExperts(*model_, std::make_shared<GroupExchange>(ep_pg_));
+    exchange_ = std::make_shared<GroupExchange>(ep_pg_);
+    const auto owners = models::splitExperts(*model_, exchange_);
     for (auto& w : whole_)
       if (auto it = owners.find(w.name); it != owners.end()) w.owner = it->second;
     const auto device = s.shares.empty() ? torch::Device(torch::kCPU) : s.shares[0].device;
@@ -118,9 +126,19 @@ class ExpertParallelPlan final : public ParallelPlan, private PlanState {
   }
 
   double gradNorm() override { return inner_->gradNorm(); }
-  void step(const OptimizerStep& s) override { inner_->step(s); }
-  void zeroGradients() override { inner_->zeroGradients(); }
-  StepReport lastStep() const override { return inner_->lastStep(); }
+  void step(const OptimizerStep& s) override {
+    inner_->step(s);
+    all_to_all_s_ = exchange_->takeSeconds();
+  }
+  void zeroGradients() override {
+    inner_->zeroGradients();
+    all_to_all_s_ = exchange_->takeSeconds();
+  }
+  StepReport lastStep() const override {
+    auto r = inner_->lastStep();
+    r.all_to_all_s = all_to_all_s_;
+    return r;
+  }
 
   PlanSummary summary() const override {
     auto r = inner_->summary();
@@ -239,6 +257,8 @@ class ExpertParallelPlan final : public ParallelPlan, private PlanState {
   std::vector<WholeParam> whole_;
   std::vector<torch::Tensor> experts_;
   std::set<const c10::TensorImpl*> expert_set_;
+  std::shared_ptr<GroupExchange> exchange_;
+  double all_to_all_s_ = 0;
   std::unique_ptr<ParallelPlan> inner_;
 };
 

@@ -65,6 +65,8 @@ struct OptimizerStep {
 struct StepReport {
   int64_t collectives = 0;  // gradient collectives issued
   double wait_s = 0;        // time spent waiting for them
+  // dist.expert_parallel: time in the experts' all-to-alls (forward and backward)
+  double all_to_all_s = 0;
   // Scalars summed over ranks by the step's last collective (no collective of their own): what
   // they mean is the caller's (PlanSetup::fill_extras). On the gradients' device.
   torch::Tensor extras;

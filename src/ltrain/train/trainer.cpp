@@ -403,6 +403,7 @@ void Trainer::afterStep(const StepResult& r, Window& w) {
   w.data_wait_s += r.data_wait_s;
   const auto last = plan_->lastStep();
   w.collectives += last.collectives, w.comm_wait_s += last.wait_s;
+  w.all_to_all_s += last.all_to_all_s;
   tally_->add(r.loss, r.found_inf, r.skipped, state_.step);
   if (r.dpo_stats.defined())
     w.dpo_stats = w.dpo_stats.defined() ? w.dpo_stats + r.dpo_stats : r.dpo_stats;

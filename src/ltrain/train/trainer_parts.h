@@ -39,7 +39,7 @@ inline double secondsSince(Clock::time_point t) {
 // What one logging window accumulates between two train reports (its losses: LossTally).
 struct Window {
   Clock::time_point start = Clock::now();
-  double data_wait_s = 0, comm_wait_s = 0;
+  double data_wait_s = 0, comm_wait_s = 0, all_to_all_s = 0;
   int64_t steps = 0, samples = 0, collectives = 0;
   torch::Tensor dpo_stats;  // finetune.method dpo: the steps' DpoTerms::stats, summed
   // Mixture-of-experts families: the steps' routers' loss and tokens per expert, summed.

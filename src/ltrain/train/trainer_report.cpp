@@ -114,6 +114,8 @@ void Trainer::logWindow(Window& w, double lr) {
   if (pg_) {
     r.collectives_per_step = static_cast<double>(w.collectives) / w.steps;
     r.comm_wait_ms_per_step = 1000.0 * w.comm_wait_s / w.steps;
+    if (cfg_.dist.expert_parallel > 1)  // the experts' token exchange, forward and backward
+      r.extra.emplace_back("all_to_all_ms_per_step", 1000.0 * w.all_to_all_s / w.steps);
   }
   reporter_.train(r);
   w = Window{};
