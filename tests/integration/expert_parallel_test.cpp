@@ -1,9 +1,10 @@
 // dist.expert_parallel on real processes over Gloo: a mixtral and a qwen3_moe trained with ep 2
 // (two ranks, each holding half of every layer's experts) and dp 2 x ep 2 (four) reach the
 // one-process run's losses and weights within 1e-5 (AdamW with decay, clipping, grad
-// accumulation), with fewer parameter bytes per rank. Their sharded checkpoints resume on one
-// process, and a one-process checkpoint under ep 2, as the uninterrupted run goes on; export,
-// generate and eval read the run whole. A world the group does not divide fails before training.
+// accumulation), with fewer parameter bytes per rank; so do ZeRO-1 and ZeRO-3 without it. Their
+// sharded checkpoints resume on one process, and a one-process checkpoint under ep 2, as the
+// uninterrupted run goes on; export, generate and eval read the run whole. A world the group does
+// not divide fails before training.
 #include <catch2/catch.hpp>
 
 #include <filesystem>
@@ -107,6 +108,14 @@ TEST_CASE("dist.expert_parallel 2 and dp 2 x ep 2 train mixtral and qwen3_moe as
       checkLosses(one8, mesh);
       CHECK(weightDiff(one8, mesh) < 1e-5);
       CHECK(summaryValue(ep, "test_loss") == Approx(summaryValue(one8, "test_loss")).epsilon(1e-6));
+      // Without expert parallelism, ZeRO-1 and ZeRO-3 shard the experts with the rest (every
+      // expert has a gradient every step, zeros where no token reached it).
+      for (const std::string zero : {"1", "3"}) {
+        const std::string z = dir / (model + "-zero" + zero);
+        requireRan(runLtrain(run(dir, z, 2, model, {"dist.zero=" + zero})));
+        checkLosses(one8, z);
+        CHECK(weightDiff(one8, z) < 1e-5);
+      }
       // It trained, and each rank holds its half of the experts and all of the rest.
       CHECK(summaryValue(ep, "train_loss") < 3.0);
       const double whole = summaryValue(one8, "parameter_mb");

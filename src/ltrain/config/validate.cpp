@@ -177,7 +177,13 @@ void expertParallel(const LoadedConfig& lc) {
            "needs model.num_experts ({}) to be a multiple of {}: each rank of a group holds "
            "as many experts",
            c.model.num_experts, n));
-  // The experts' gradients are reduced apart from the loss scaler's check of the rest.
+  // The experts' gradients are reduced apart from the loss scaler's check of the rest, and apart
+  // from the flat slices ZeRO would shard.
+  if (c.dist.zero >= 1)
+    no("dist.zero",
+       fmt::format("does not combine with dist.zero {} yet; use dist.zero 0 (DDP over the rest "
+                   "of the model)",
+                   c.dist.zero));
   if (c.train.precision == Precision::kFp16)
     no("train.precision", "does not combine with train.precision fp16 yet; use bf16");
 }

@@ -81,11 +81,6 @@ void validate(const config::LoadedConfig& lc) {
     no("model.placement", "does not combine with model.placement pipeline yet");
   if (c.finetune.method == "dpo")
     no("finetune.method", "does not combine with finetune.method dpo yet");
-  // An expert no token reached in a step has no gradient, which the ZeRO plans' flat slices do
-  // not leave out.
-  if (c.dist.zero >= 1)
-    no("dist.zero",
-       fmt::format("does not combine with dist.zero {} yet; use dist.zero 0 (DDP)", c.dist.zero));
   if (c.dist.strategy == config::Strategy::kDp)
     no("dist.strategy", "needs one process per device (dist.strategy ddp), not dp");
 }
