@@ -2,8 +2,9 @@
 // tokenizer. TRL tokenises the pairs as scripts/prepare_chat.py does, and trains on them in file
 // order with the same AdamW, clipping and beta; ltrain's loss and TRL's rewards/* metrics must
 // equal TRL's at every step, and the validation loss and reward accuracy too: fully on one process
-// (the reference a frozen copy in TRL, the kept starting values in ltrain), and as LoRA from a PEFT
-// adapter under DDP on two (the reference the starting adapter in both).
+// (the reference a frozen copy in TRL, the kept starting values in ltrain), under ZeRO-1 and ZeRO-2
+// on two, and as LoRA from a PEFT adapter under DDP on two (the reference the starting adapter in
+// both).
 #include <torch/torch.h>
 #include <catch2/catch.hpp>
 
@@ -56,8 +57,8 @@ void compare(const std::string& trl, const std::string& lt) {
 }  // namespace
 
 TEST_CASE(
-    "DPO tokenises, trains and scores pairs as TRL's DPOTrainer does, fully and as LoRA under "
-    "DDP",
+    "DPO tokenises, trains and scores pairs as TRL's DPOTrainer does, fully, under ZeRO-1 and "
+    "ZeRO-2, and as LoRA under DDP",
     "[parity][slow][hf]") {
   TempDir dir;
   const std::string base = dir / "base", jsonl = dir / "pairs.jsonl", data = dir / "pairs";
@@ -119,6 +120,19 @@ TEST_CASE(
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Contains("reward_accuracy"));
   compare(dir / "trl_full", dir / "lt_full");
+  // ZeRO-1 and ZeRO-2 on two processes of 2 pairs each: the reference's values swapped in where
+  // each rank keeps its whole parameters, the moments (and gradients) sharded.
+  ltrain::test::writeText(dir / "zero.yaml", common("2") +
+                                                 "finetune: {method: dpo}\n"
+                                                 "dpo: {beta: 0.2}\n");
+  for (const std::string zero : {"1", "2"}) {
+    INFO("dist.zero " << zero);
+    r = runProcess({LTRAIN_BINARY, "train", dir / "zero.yaml", "dist.zero=" + zero,
+                    "--nproc-per-node", "2", "--output-dir", dir / ("lt_zero" + zero)});
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+    compare(dir / "trl_full", dir / ("lt_zero" + zero));
+  }
 
   // LoRA from a PEFT adapter (B not zero): two processes of 2 pairs each are TRL's batch of 4.
   requireRun({LTRAIN_PYTHON, ltrain::test::kHfTools, "make-adapter", base, dir / "adapter",

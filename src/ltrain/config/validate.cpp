@@ -321,9 +321,10 @@ void finetune(const LoadedConfig& lc) {
                              c.finetune.method));
   if (dpo) {
     const auto no = refusalsOf(lc, "finetune.method", "finetune.method dpo");
-    if (c.dist.zero >= 1)
-      no("dist.zero",
-         fmt::format("does not combine with dist.zero {} yet; use dist.zero 0 (DDP)", c.dist.zero));
+    // ZeRO-3 makes the values as it shards them, together with a resume's: the starting values
+    // are never whole on a rank to keep (ZeRO-1/2 keep whole parameters on every rank).
+    if (c.dist.zero == 3)
+      no("dist.zero", "does not combine with dist.zero 3 yet; use dist.zero 0 (DDP), 1 or 2");
     if (c.dist.strategy == Strategy::kDp)
       no("dist.strategy", "needs one process per device (dist.strategy ddp), not dp");
     if (c.model.placement == Placement::kPipeline)
