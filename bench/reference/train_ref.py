@@ -319,7 +319,7 @@ def lora(cfg, model):
     else:
         targets = c["target_modules"]
         wrapped = peft.get_peft_model(model, peft.LoraConfig(
-            r=c["rank"], lora_alpha=c["alpha"], lora_dropout=c["dropout"],
+            r=c["rank"], lora_alpha=c["alpha"], lora_dropout=c["dropout"], use_dora=c["use_dora"],
             target_modules=targets if targets == "all-linear" else targets.split(",")))
     return lambda: peft.get_peft_model_state_dict(wrapped)
 

@@ -9,7 +9,7 @@ locally (no downloads), runs them, and trains and applies tokenizers with the `t
   hf_tools.py make-qwen3_moe DIR --vocab V [--tied] [--seed S] [--raw-topk] [--aux C] [--router-loss]
   hf_tools.py router-losses DIR IDS.safetensors OUT.safetensors   (logits, aux_loss, loss)
   hf_tools.py logits DIR IDS.safetensors OUT.safetensors     (transformers' logits for ids)
-  hf_tools.py make-adapter BASE OUT [--targets q_proj,v_proj] [--rank R] [--alpha A] [--seed S]
+  hf_tools.py make-adapter BASE OUT [--targets q_proj,v_proj] [--rank R] [--alpha A] [--seed S] [--dora]
                                                               (a PEFT LoRA adapter; B not zero)
   hf_tools.py peft-logits BASE ADAPTER IDS.safetensors OUT.safetensors
                                                               (PEFT's logits: the adapter on BASE)
@@ -183,9 +183,14 @@ def make_adapter(base, out, args):
     torch.manual_seed(value(args, "--seed", 0))
     cfg = LoraConfig(r=value(args, "--rank", 4), lora_alpha=value(args, "--alpha", 8), lora_dropout=0.0,
                      target_modules=value(args, "--targets", "q_proj,v_proj").split(","),
-                     task_type="CAUSAL_LM",
+                     task_type="CAUSAL_LM", use_dora=flag(args, "--dora"),
                      init_lora_weights=False)  # B drawn too, not zero: an adapter not loaded shows
-    get_peft_model(load(base), cfg).save_pretrained(out)
+    model = get_peft_model(load(base), cfg)
+    with torch.no_grad():  # DoRA's magnitudes away from the norms they start at
+        for n, p in model.named_parameters():
+            if "lora_magnitude_vector" in n:
+                p.mul_(1 + 0.1 * torch.randn_like(p))
+    model.save_pretrained(out)
 
 
 def peft_logits(base, adapter, ids_file, out):

@@ -144,3 +144,86 @@ TEST_CASE("LoRA from a PEFT adapter trains as PEFT and PyTorch do, alone and und
   CHECK(before.out.find("val_loss") != std::string::npos);
   CHECK(before.out != e.out);
 }
+
+TEST_CASE("DoRA from a PEFT adapter trains as PEFT does and goes back out as PEFT's files",
+          "[parity][slow][hf]") {
+  TempDir dir;
+  const std::string tokens = dir / "tokens", base = dir / "base", adapter = dir / "adapter";
+  run({LTRAIN_PYTHON, kSrc + "/scripts/prepare_tokens.py", "/usr/share/games/fortunes/cookie",
+       "--out", tokens, "--vocab-size", "384"});
+  run({LTRAIN_PYTHON, kTools, "make-llama", base, "--vocab", "384"});
+  // B drawn and the magnitudes moved off the norms they start at: every term of DoRA counts.
+  run({LTRAIN_PYTHON, kTools, "make-adapter", base, adapter, "--targets", "q_proj,v_proj,down_proj",
+       "--rank", "4", "--alpha", "8", "--dora"});
+  const std::string config = dir / "dora.yaml";
+  ltrain::test::writeText(config,
+                          "seed: 1\n"
+                          "data: {dataset: tokens, path: " +
+                              tokens +
+                              ", batch_size: 8}\n"
+                              "model: {init_from: " +
+                              base +
+                              ", block_size: 32}\n"
+                              "finetune: {adapter_from: " +
+                              adapter +
+                              "}\n"
+                              "optimizer: {name: adamw, lr: 0.003, weight_decay: 0.01}\n"
+                              "train: {max_steps: 20, log_every: 1, threads: 1, "
+                              "eval_every: 0,\n"
+                              "        checkpoint_every: 0, clip_grad_norm: 1.0}\n");
+  const auto lc =
+      ltrain::config::loadConfigText("data: {dataset: tokens}\nmodel: {init_from: " + base +
+                                         "}\nfinetune: {adapter_from: " + adapter + "}\n",
+                                     "test.yaml", {});
+  CHECK(lc.cfg.lora.use_dora);  // from adapter_config.json
+  const std::string py = dir / "py", lt = dir / "lt", peft = dir / "peft", merged = dir / "merged";
+  const auto losses =
+      ltrain::test::trainBesideReference(config, base + "/model.safetensors", 1, py, lt);
+  REQUIRE(losses.reference.size() == 20);
+  INFO(losses.describe());
+  CHECK(losses.worstRelative() <= 1e-5);
+
+  // The trained A, B and magnitudes, under PEFT's names, against PEFT's own.
+  run({LTRAIN_BINARY, "export", "--run", lt, "--peft", peft});
+  auto theirs = ltrain::io::loadSafetensors(py + "/model.safetensors");
+  auto mine = ltrain::io::loadSafetensors(peft + "/adapter_model.safetensors");
+  REQUIRE(theirs.size() == 18);  // q, v and down of two layers: A, B and the magnitude
+  REQUIRE(mine.size() == theirs.size());
+  double worst = 0;
+  for (auto& [name, t] : theirs) {
+    INFO(name);
+    REQUIRE(mine.count(name));
+    worst = std::max(worst, maxDiff(t, mine.at(name)));
+  }
+  INFO("final adapters max abs diff " << worst);
+  CHECK(worst <= 1e-5);
+  CHECK(ltrain::test::readJson(peft + "/adapter_config.json")["use_dora"].get<bool>());
+  // They trained: every tensor, the magnitudes included, moved from where it started.
+  const auto start = ltrain::io::loadSafetensors(adapter + "/adapter_model.safetensors");
+  for (auto& [name, t] : start) {
+    INFO(name);
+    CHECK(maxDiff(t, mine.at(name)) > 1e-4);
+  }
+
+  // PEFT loads the exported adapter onto transformers' base, transformers the merged export: both
+  // give ltrain's logits.
+  torch::manual_seed(1);
+  auto model = ltrain::models::build(lc.cfg.model, {32}, 384, /*tokens=*/true);
+  ltrain::models::loadInitialWeights(model, lc.cfg.model);
+  ltrain::models::applyLora(model, lc.cfg.lora);
+  ltrain::models::loadAdapter(model, lc.cfg.model, peft);
+  model->eval();
+  const auto ids = torch::randint(384, {2, 24}, torch::kLong);
+  const auto logits = model->forward(ids).detach();
+  ltrain::io::saveSafetensors(dir / "ids.safetensors", {{"ids", ids}});
+  run({LTRAIN_PYTHON, kTools, "peft-logits", base, peft, dir / "ids.safetensors",
+       dir / "peft_logits.safetensors"});
+  CHECK(maxDiff(logits,
+                ltrain::io::loadSafetensors(dir / "peft_logits.safetensors").at("logits")) <= 1e-5);
+  run({LTRAIN_BINARY, "export", "--run", lt, "--hf", merged});
+  run({LTRAIN_PYTHON, kTools, "logits", merged, dir / "ids.safetensors",
+       dir / "merged_logits.safetensors"});
+  CHECK(maxDiff(logits,
+                ltrain::io::loadSafetensors(dir / "merged_logits.safetensors").at("logits")) <=
+        1e-5);
+}

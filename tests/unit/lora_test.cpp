@@ -77,6 +77,33 @@ TEST_CASE("LoRA adapts the targeted linears, starts at the base's logits and tra
   CHECK(torch::allclose(model->forward(ids), adapted, 1e-5, 1e-5));
 }
 
+TEST_CASE("DoRA starts at the base's logits, trains its magnitudes and merges into the weights") {
+  auto c = small("llama", "q_proj, v_proj");
+  c.lora.use_dora = true;
+  auto model = build(c);
+  const auto ids = torch::randint(11, {2, 8}, torch::kLong);
+  const auto base = model->forward(ids).detach();
+  const auto s = ltrain::models::applyLora(model, c.lora);
+  // A, B and a magnitude per output: 16 for q, 8 for v.
+  CHECK(s.trainable == 2 * ((2 * 16 + 16 * 2 + 16) + (2 * 16 + 8 * 2 + 8)));
+  CHECK(torch::allclose(model->forward(ids).detach(), base, 1e-6, 1e-6));  // m = ||W||, B = 0
+  drawB(model);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->named_parameters())
+      if (p.key().find("lora_magnitude_vector") != std::string::npos) p.value().mul_(1.5);
+  }
+  model->forward(ids).sum().backward();
+  const auto m = model->named_parameters()["model.layers.0.self_attn.q_proj.lora_magnitude_vector"];
+  CHECK(m.grad().defined());
+  CHECK(m.grad().abs().sum().item<double>() > 0);
+  torch::NoGradGuard no_grad;
+  const auto adapted = model->forward(ids);
+  ltrain::models::mergeLora(model);
+  for (const auto& p : model->named_parameters()) CHECK(p.key().find("lora") == std::string::npos);
+  CHECK(torch::allclose(model->forward(ids), adapted, 1e-5, 1e-5));
+}
+
 TEST_CASE("all-linear adapts every linear but the head, and a target that names none is refused") {
   auto c = small("gpt", "all-linear");
   auto model = build(c);

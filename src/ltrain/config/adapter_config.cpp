@@ -39,9 +39,9 @@ void mergeAdapterConfig(LoadedConfig& lc, std::map<std::string, bool>& explicitl
     throw UsageError(fmt::format("'{}': peft_type '{}'; ltrain reads LoRA adapters (LORA)",
                                  file.string(), type));
   // (fan_in_fan_out, GPT-2's Conv1D, stores the base transposed: the adapters are the same.)
-  for (const char* key : {"use_dora", "use_rslora", "rank_pattern", "alpha_pattern",
-                          "modules_to_save", "layers_to_transform", "lora_bias",
-                          "layer_replication", "trainable_token_indices", "target_parameters"})
+  for (const char* key :
+       {"use_rslora", "rank_pattern", "alpha_pattern", "modules_to_save", "layers_to_transform",
+        "lora_bias", "layer_replication", "trainable_token_indices", "target_parameters"})
     if (j.contains(key) && !isOff(j[key]))
       throw UsageError(fmt::format("'{}': {} is {}, which ltrain's LoRA does not implement",
                                    file.string(), key, j[key].dump()));
@@ -67,7 +67,8 @@ void mergeAdapterConfig(LoadedConfig& lc, std::map<std::string, bool>& explicitl
   m.fields({{"lora.rank", "r"},
             {"lora.alpha", "lora_alpha"},
             {"lora.dropout", "lora_dropout"},
-            {"lora.target_modules", "target_modules"}});
+            {"lora.target_modules", "target_modules"},
+            {"lora.use_dora", "use_dora"}});
 }
 
 }  // namespace ltrain::config

@@ -164,6 +164,7 @@ struct LoraConfig {
   double alpha;                // lora_alpha: the update is scaled by alpha / rank
   double dropout;              // lora_dropout, on the adapter's input
   std::string target_modules;  // module names, comma-separated, or all-linear
+  bool use_dora;               // DoRA: a trained magnitude per output, the direction normalised
 };
 
 // finetune.method dpo, as TRL's DPOConfig names it.

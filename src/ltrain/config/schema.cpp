@@ -396,6 +396,11 @@ std::vector<Option> buildSchema() {
       LT_OPT(lora.dropout, "finetune.method lora: dropout on the adapters' input", 0.0)
           .atLeast(0)
           .atMost(1),
+      LT_OPT(lora.use_dora,
+             "finetune.method lora: DoRA (PEFT's use_dora): each adapted linear also trains a "
+             "magnitude per output, applied to the direction of W + scaling B A (its norm held "
+             "constant in backward)",
+             false),
       LT_OPT(lora.target_modules,
              "finetune.method lora: the linears that get adapters, by module name as PEFT's "
              "target_modules (q_proj,v_proj matches every module named or ending in .q_proj or "

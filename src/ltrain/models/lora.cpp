@@ -90,7 +90,7 @@ LoraSummary applyLora(Classifier& model, const config::LoraConfig& cfg) {
     bool on = all;
     for (const auto& t : wanted) on = on || targeted(t, path);
     if (!on) continue;
-    l->addLora(cfg.rank, cfg.alpha, cfg.dropout);
+    l->addLora(cfg.rank, cfg.alpha, cfg.dropout, cfg.use_dora);
     names.insert(lastElement(path));
     ++s.modules;
   }
@@ -128,9 +128,11 @@ void loadAdapter(Classifier& model, const config::ModelConfig& m, const std::str
   torch::NoGradGuard no_grad;
   for (auto& [path, l] : adapted(model)) {
     const std::string prefix = peftPrefix(m, path);
-    for (auto& [part, w] :
-         {std::pair{"lora_A", l->lora_A->weight}, std::pair{"lora_B", l->lora_B->weight}}) {
-      const std::string name = prefix + "." + part + ".weight";
+    std::vector<std::pair<std::string, torch::Tensor>> parts{{"lora_A.weight", l->lora_A->weight},
+                                                             {"lora_B.weight", l->lora_B->weight}};
+    if (l->lora_magnitude.defined()) parts.emplace_back("lora_magnitude_vector", l->lora_magnitude);
+    for (auto& [part, w] : parts) {
+      const std::string name = prefix + "." + part;
       auto it = stored.find(name);
       if (it == stored.end())
         throw UsageError(fmt::format(
@@ -167,6 +169,9 @@ void exportPeft(const Classifier& model, const config::ExperimentConfig& cfg,
     const std::string prefix = peftPrefix(cfg.model, path);
     tensors.emplace_back(prefix + ".lora_A.weight", l->lora_A->weight.detach().cpu().contiguous());
     tensors.emplace_back(prefix + ".lora_B.weight", l->lora_B->weight.detach().cpu().contiguous());
+    if (l->lora_magnitude.defined())
+      tensors.emplace_back(prefix + ".lora_magnitude_vector",
+                           l->lora_magnitude.detach().cpu().contiguous());
     names.insert(lastElement(path));
   }
   const double alpha = cfg.lora.alpha;
@@ -183,7 +188,7 @@ void exportPeft(const Classifier& model, const config::ExperimentConfig& cfg,
       {"bias", "none"},
       // GPT-2's Conv1D stores its weight [in, out]; the adapters are plain linears either way.
       {"fan_in_fan_out", hfName(cfg.model, modules.front().first + ".weight").transposed},
-      {"use_dora", false},
+      {"use_dora", cfg.lora.use_dora},
       {"use_rslora", false},
       {"init_lora_weights", true},
       {"inference_mode", true},

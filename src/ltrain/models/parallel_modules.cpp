@@ -22,14 +22,30 @@ void LinearImpl::reset() {
 
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   TORCH_CHECK(!(tp && lora_A), "LoRA adapters on a tensor-parallel linear");  // validate refuses
-  if (lora_A) return F::linear(x, weight, bias) + lora_B(lora_A(lora_dropout(x))) * lora_scaling;
+  if (lora_A && !lora_magnitude.defined())
+    return F::linear(x, weight, bias) + lora_B(lora_A(lora_dropout(x))) * lora_scaling;
+  if (lora_A) {  // PEFT's DoraLinearLayer.forward, on top of the base output
+    const auto y = F::linear(x, weight, bias);
+    const auto scale = doraScale();
+    // With dropout in training the base's part is recomputed on the dropped input, as PEFT does.
+    const bool dropped = is_training() && lora_dropout->options.p() > 0;
+    const auto xd = dropped ? lora_dropout(x) : x;
+    const auto base = dropped ? F::linear(xd, weight) : bias.defined() ? y - bias : y;
+    return y + (scale - 1) * base + scale * lora_B(lora_A(xd)) * lora_scaling;
+  }
   if (!tp) return F::linear(x, weight, bias);
   auto y = style == TpStyle::kRowwise ? leaveTensorParallel(F::linear(x, weight), *tp)
                                       : columnParallel(x, {weight}, *tp)[0];
   return bias.defined() ? y + bias : y;
 }
 
-void LinearImpl::addLora(int64_t rank, double alpha, double dropout) {
+torch::Tensor LinearImpl::doraScale() const {
+  const auto update = torch::matmul(lora_B->weight, lora_A->weight).detach();
+  const auto norm = at::linalg_vector_norm(weight + lora_scaling * update, 2, {1}).detach();
+  return lora_magnitude / norm;
+}
+
+void LinearImpl::addLora(int64_t rank, double alpha, double dropout, bool dora) {
   const int64_t in = weight.size(1), out = weight.size(0);
   lora_dropout = register_module("lora_dropout", torch::nn::Dropout(dropout));
   lora_A =
@@ -40,12 +56,21 @@ void LinearImpl::addLora(int64_t rank, double alpha, double dropout) {
   lora_A->weight.set_data(lora_A->weight.to(weight.options()));
   lora_B->weight.set_data(torch::zeros({out, rank}, weight.options()));
   lora_scaling = alpha / static_cast<double>(rank);
+  if (dora)  // B is zero: the norms are W's own
+    lora_magnitude = register_parameter("lora_magnitude_vector",
+                                        at::linalg_vector_norm(weight.detach(), 2, {1}));
 }
 
 void LinearImpl::mergeLora() {
   if (!lora_A) return;
   torch::NoGradGuard no_grad;
+  const auto scale = lora_magnitude.defined() ? doraScale() : torch::Tensor();
   weight.add_(torch::matmul(lora_B->weight, lora_A->weight).to(weight.dtype()), lora_scaling);
+  if (scale.defined()) {  // PEFT's merge: each row of W + scaling B A to its magnitude
+    weight.mul_(scale.unsqueeze(1).to(weight.dtype()));
+    parameters_.erase("lora_magnitude_vector");
+    lora_magnitude = torch::Tensor();
+  }
   for (const char* name : {"lora_A", "lora_B", "lora_dropout"}) unregister_module(name);
   lora_A = nullptr, lora_B = nullptr, lora_dropout = nullptr;
 }

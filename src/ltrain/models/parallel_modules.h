@@ -28,19 +28,28 @@ struct Parallelizable {
 
 // y = x W^T + b (torch::nn::Linear's, with its initialisation). finetune.method lora
 // (models/lora.h) adds a low-rank update from outside: y + lora_B(lora_A(dropout(x))) * scaling,
-// as PEFT's lora.Linear, under the names PEFT saves (q_proj.lora_A.weight).
+// as PEFT's lora.Linear, under the names PEFT saves (q_proj.lora_A.weight). With lora.use_dora,
+// PEFT's DoRA: a magnitude m per output (q_proj.lora_magnitude_vector) scales the direction of
+// W + scaling B A, whose row norms are held constant in backward.
 struct LinearImpl : torch::nn::Cloneable<LinearImpl>, Parallelizable {
   LinearImpl(int64_t in, int64_t out, bool bias = true);
   void reset() override;  // registers parameters of the current shapes again (clone)
   torch::Tensor forward(const torch::Tensor& x);
   // A (Kaiming-uniform, as torch's Linear and PEFT draw it) and B (zero): the update starts at 0.
-  void addLora(int64_t rank, double alpha, double dropout);
-  // weight += scaling * B A, and the adapters gone: the plain linear the update trained.
+  // `dora`: the magnitude too, starting at W's row norms (the update's direction unchanged).
+  void addLora(int64_t rank, double alpha, double dropout, bool dora);
+  // weight += scaling * B A (DoRA: then each row scaled to its magnitude), and the adapters gone:
+  // the plain linear the update trained.
   void mergeLora();
   torch::Tensor weight, bias;
   torch::nn::Linear lora_A{nullptr}, lora_B{nullptr};
   torch::nn::Dropout lora_dropout{nullptr};
   double lora_scaling = 0;
+  torch::Tensor lora_magnitude;  // DoRA's m, [out]; undefined: plain LoRA
+
+ private:
+  // DoRA's m / ||W + scaling B A|| per row, the norm detached (DoRA's section 4.3, as PEFT).
+  torch::Tensor doraScale() const;
 };
 TORCH_MODULE(Linear);
 
