@@ -26,6 +26,7 @@
 #include "ltrain/distributed/optimizer_state.h"
 #include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/distributed/process_group.h"
+#include "ltrain/distributed/whole_parameter_unit.h"
 #include "ltrain/models/moe.h"
 #include "ltrain/optim/fused.h"
 
@@ -215,17 +216,7 @@ class ExpertParallelPlan final : public ParallelPlan, private PlanState {
     std::vector<UnitShard> out;
     const int64_t rank = world_pg_->runtime().rank;
     forEachWhole(true, [&](const WholeParam& w, const torch::Tensor& value, const ParamState& st) {
-      UnitShard u;
-      const int64_t numel = c10::multiply_integers(w.shape);
-      u.params.push_back({w.name, w.shape, 0});
-      u.padded = (numel + world_ - 1) / world_ * world_;
-      u.begin = rank * (u.padded / world_);
-      u.values = mySlice(u, value);
-      if (!st.tensors.empty()) {
-        u.optimizer_step = st.step;
-        for (const auto& [state, t] : st.tensors) u.state.emplace_back(state, mySlice(u, t));
-      }
-      out.push_back(std::move(u));
+      out.push_back(wholeParameterUnit(w.name, w.shape, value, st, rank, world_));
     });
     return out;
   }
@@ -238,16 +229,6 @@ class ExpertParallelPlan final : public ParallelPlan, private PlanState {
       if (main) fn(i, {value.cpu()});
       ++i;
     });
-  }
-
-  // This rank's [begin, begin + padded / world) of `whole` flattened, zero beyond its end.
-  torch::Tensor mySlice(const UnitShard& u, const torch::Tensor& whole) const {
-    const int64_t n = u.padded / world_;
-    auto flat = whole.reshape(-1);
-    auto out = torch::zeros({n}, flat.options());
-    const int64_t have = std::clamp(flat.numel() - u.begin, int64_t{0}, n);
-    if (have > 0) out.narrow(0, 0, have).copy_(flat.narrow(0, u.begin, have));
-    return out;
   }
 
   std::shared_ptr<torch::nn::Module> model_;

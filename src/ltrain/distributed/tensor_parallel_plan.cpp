@@ -21,6 +21,7 @@
 #include "ltrain/distributed/optimizer_state.h"
 #include "ltrain/distributed/parallel_plan.h"
 #include "ltrain/distributed/process_group.h"
+#include "ltrain/distributed/whole_parameter_unit.h"
 #include "ltrain/models/tensor_parallel.h"
 #include "ltrain/optim/fused.h"
 
@@ -182,23 +183,15 @@ class TensorParallelPlan final : public ParallelPlan, private PlanState {
   // One unit per parameter, under its whole name and shape; this rank's 1/world of it.
   std::vector<UnitShard> unitShards() override {
     std::vector<UnitShard> out;
-    const int64_t world = world_pg_->runtime().world_size;
-    forEachPart(true,
-                [&](const std::string& name, const torch::Tensor& value, const ParamState& st) {
-                  UnitShard u;
-                  const auto& shape = tp_->split(name).whole_shape;
-                  const int64_t numel = c10::multiply_integers(shape);
-                  u.params.push_back({name, shape, 0});
-                  u.padded = (numel + world - 1) / world * world;
-                  u.begin = world_pg_->runtime().rank * (u.padded / world);
-                  u.values = mySlice(u, tp_->gather(name, value));
-                  if (!st.tensors.empty()) {
-                    u.optimizer_step = st.step;
-                    for (const auto& [state, t] : st.tensors)
-                      u.state.emplace_back(state, mySlice(u, tp_->gather(name, t)));
-                  }
-                  out.push_back(std::move(u));
-                });
+    const auto& rt = world_pg_->runtime();
+    forEachPart(true, [&](const std::string& name, const torch::Tensor& value,
+                          const ParamState& st) {
+      ParamState whole{st.step, {}};
+      for (const auto& [state, t] : st.tensors)
+        whole.tensors.emplace_back(state, tp_->gather(name, t));
+      out.push_back(wholeParameterUnit(name, tp_->split(name).whole_shape, tp_->gather(name, value),
+                                       whole, rt.rank, rt.world_size));
+    });
     return out;
   }
 
@@ -239,16 +232,6 @@ class TensorParallelPlan final : public ParallelPlan, private PlanState {
       writeParamState(*parts, p.value(), st);
     }
     inner_->state().loadWholeOptimizer(*parts);
-  }
-
-  // This rank's [begin, begin + padded / world) of `whole` flattened, zero beyond its end.
-  torch::Tensor mySlice(const UnitShard& u, const torch::Tensor& whole) const {
-    const int64_t n = u.padded / world_pg_->runtime().world_size;
-    auto flat = whole.reshape(-1);
-    auto out = torch::zeros({n}, flat.options());
-    const int64_t have = std::clamp(flat.numel() - u.begin, int64_t{0}, n);
-    if (have > 0) out.narrow(0, 0, have).copy_(flat.narrow(0, u.begin, have));
-    return out;
   }
 
   models::Classifier model_;
