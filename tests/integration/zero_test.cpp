@@ -58,6 +58,11 @@ std::vector<std::string> gpt(const TempDir& dir, const std::string& out, int pro
   return a;
 }
 
+void ok(const ltrain::test::ProcessResult& r) {
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+}
+
 }  // namespace
 
 TEST_CASE("dist.zero=1 trains a GPT to plain DDP's weights with half the optimizer state",
@@ -329,10 +334,6 @@ TEST_CASE("dist.zero=3 resumes a killed run exactly, and across zero stages and 
   TempDir dir;
   ltrain::test::writeText(dir / "c.yaml", "seed: 5\n");
   ltrain::test::writeText(dir / "t.txt", ltrain::test::textCorpus(400));
-  auto ok = [](const ltrain::test::ProcessResult& r) {
-    INFO(r.out << r.err);
-    REQUIRE(r.exit_code == 0);
-  };
   auto full = runLtrain(gpt(dir, dir / "full", 2, {"dist.zero=3"}));
   ok(full);
   auto a = gpt(dir, dir / "killed", 2, {"dist.zero=3", "train.checkpoint_every=10"});
@@ -562,6 +563,58 @@ TEST_CASE("dist.zero=3 under bf16 gathers each unit in bf16 and reduces in dist.
     // Checkpoints and model.safetensors hold the fp32 values of the slices.
     for (const auto& [k, t] : ltrain::io::loadSafetensors(dir / (reduce + "/model.safetensors")))
       CHECK(t.scalar_type() == torch::kFloat);
+  }
+}
+
+TEST_CASE(
+    "LoRA under dist.zero=3 shards the frozen base too, trains to DDP's weights and resumes "
+    "across stages",
+    "[dist]") {
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 6\n");
+  ltrain::test::writeText(dir / "t.txt", ltrain::test::textCorpus(400));
+  // GPT ties its embedding and head: one frozen unit held from the first layer to the last.
+  auto lora = [](std::vector<std::string> extra) {
+    for (const char* o : {"finetune.method=lora", "lora.target_modules=all-linear", "lora.rank=4",
+                          "lora.dropout=0.1", "model.dropout=0.1", "scheduler.name=constant"})
+      extra.emplace_back(o);
+    return extra;
+  };
+  ok(runLtrain(gpt(dir, dir / "ddp", 2, lora({"dist.zero=0"}))));
+  auto z3 = runLtrain(gpt(dir, dir / "z3", 2, lora({"dist.zero=3"})));
+  ok(z3);
+  CHECK_THAT(z3.out, Contains("ZeRO-3 over"));
+  const double diff =
+      ltrain::test::maxWeightDiff(dir / "ddp/model.safetensors", dir / "z3/model.safetensors");
+  INFO("max |ddp - zero3| = " << diff);
+  CHECK(diff < 1e-6);
+  // Each rank keeps half the base and half the adapters' moments.
+  for (const char* key : {"parameter_mb", "optimizer_state_mb"}) {
+    INFO(key << ": ddp " << summaryValue(dir / "ddp", key) << ", zero-3 "
+             << summaryValue(dir / "z3", key));
+    CHECK(summaryValue(dir / "z3", key) ==
+          Approx(summaryValue(dir / "ddp", key) / 2).epsilon(0.05));
+  }
+  // The adapters trained (B starts at zero).
+  const auto weights = ltrain::io::loadSafetensors(dir / "z3/model.safetensors");
+  double moved = 0;
+  for (const auto& [name, t] : weights)
+    if (name.find("lora_B") != std::string::npos)
+      moved = std::max(moved, t.abs().max().item<double>());
+  CHECK(moved > 1e-3);
+
+  // Ten steps under one stage, ten under the other: the frozen base and the adapters cross.
+  for (auto [first, second] : {std::pair{"3", "0"}, std::pair{"0", "3"}}) {
+    const std::string run = dir / (std::string("cross") + first + second);
+    ok(runLtrain(
+        gpt(dir, run, 2, lora({std::string("dist.zero=") + first, "train.max_steps=10"}))));
+    const std::string ckpt =
+        run + "/checkpoints/step-00000010" + (std::string(first) == "3" ? ".shards" : ".pt");
+    ok(runLtrain(gpt(dir, run + "b", 2,
+                     lora({std::string("dist.zero=") + second, "train.resume=" + ckpt}))));
+    INFO(first << " then " << second);
+    CHECK(ltrain::test::maxWeightDiff(dir / "ddp/model.safetensors", run + "b/model.safetensors") <
+          1e-6);
   }
 }
 

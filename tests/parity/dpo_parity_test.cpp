@@ -58,7 +58,7 @@ void compare(const std::string& trl, const std::string& lt) {
 
 TEST_CASE(
     "DPO tokenises, trains and scores pairs as TRL's DPOTrainer does, fully, under ZeRO-1 and "
-    "ZeRO-2, and as LoRA under DDP",
+    "ZeRO-2, and as LoRA under DDP and ZeRO-3",
     "[parity][slow][hf]") {
   TempDir dir;
   const std::string base = dir / "base", jsonl = dir / "pairs.jsonl", data = dir / "pairs";
@@ -148,6 +148,14 @@ TEST_CASE(
   INFO(r.out << r.err);
   REQUIRE(r.exit_code == 0);
   compare(dir / "trl_lora", dir / "lt_lora");
+  // Under ZeRO-3 the base is sharded, and the reference is the adapters' starting values swapped
+  // in around the gathered base.
+  r = runProcess({LTRAIN_BINARY, "train", dir / "lora.yaml", "dist.zero=3", "--nproc-per-node", "2",
+                  "--output-dir", dir / "lt_lora_zero3"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("ZeRO-3 over"));
+  compare(dir / "trl_lora", dir / "lt_lora_zero3");
   // The tuned adapter goes out as PEFT's files.
   requireRun({LTRAIN_BINARY, "export", "--run", dir / "lt_lora", "--peft", dir / "tuned"});
   CHECK(std::filesystem::exists(dir / "tuned/adapter_model.safetensors"));

@@ -46,7 +46,8 @@ std::string SideBySide::describe() const {
 
 SideBySide trainBesideReference(const std::string& config, const std::string& init_weights,
                                 int processes, const std::string& reference_out,
-                                const std::string& ltrain_out) {
+                                const std::string& ltrain_out,
+                                const std::vector<std::string>& ltrain_overrides) {
   const std::string n = std::to_string(processes);
   std::vector<std::string> py =
       processes == 1
@@ -58,7 +59,10 @@ SideBySide trainBesideReference(const std::string& config, const std::string& in
         std::string("--out"), reference_out})
     py.push_back(a);
   mustRun(py);
-  mustRun({LTRAIN_BINARY, "train", config, "--nproc-per-node", n, "--output-dir", ltrain_out});
+  std::vector<std::string> lt{LTRAIN_BINARY,  "train",   config, "--nproc-per-node", n,
+                              "--output-dir", ltrain_out};
+  lt.insert(lt.end(), ltrain_overrides.begin(), ltrain_overrides.end());
+  mustRun(lt);
   return {trainLosses(reference_out + "/metrics.jsonl"),
           trainLosses(ltrain_out + "/metrics.jsonl")};
 }

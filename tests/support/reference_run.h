@@ -4,6 +4,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 namespace ltrain::test {
 
@@ -16,9 +17,11 @@ struct SideBySide {
   std::string describe() const;
 };
 
-// std::runtime_error with the failing side's command line and output.
+// std::runtime_error with the failing side's command line and output. `ltrain_overrides`
+// (key=value) go to ltrain alone: another strategy (dist.zero=3) to train the reference's way.
 SideBySide trainBesideReference(const std::string& config, const std::string& init_weights,
                                 int processes, const std::string& reference_out,
-                                const std::string& ltrain_out);
+                                const std::string& ltrain_out,
+                                const std::vector<std::string>& ltrain_overrides = {});
 
 }  // namespace ltrain::test

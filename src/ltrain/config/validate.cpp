@@ -294,7 +294,8 @@ void tensorParallel(const LoadedConfig& lc) {
 }
 
 // finetune.method lora adds adapters to the models::Linear modules the transformer families are
-// built of (the same modules tensor parallelism takes over), on a whole model in each process.
+// built of (the same modules tensor parallelism takes over), on a whole model in each process or
+// sharded by ZeRO.
 // finetune.method dpo learns from preference pairs, with a reference that is the model as the run
 // starts, on a whole model in each process too.
 void finetune(const LoadedConfig& lc) {
@@ -323,8 +324,11 @@ void finetune(const LoadedConfig& lc) {
     const auto no = refusalsOf(lc, "finetune.method", "finetune.method dpo");
     // ZeRO-3 makes the values as it shards them, together with a resume's: the starting values
     // are never whole on a rank to keep (ZeRO-1/2 keep whole parameters on every rank).
-    if (c.dist.zero == 3)
-      no("dist.zero", "does not combine with dist.zero 3 yet; use dist.zero 0 (DDP), 1 or 2");
+    if (c.dist.zero == 3 && !c.dpo.lora)
+      no("dist.zero",
+         "does not combine with dist.zero 3 yet unless dpo.lora is true (then the "
+         "reference is the base, with the adapters as they start); use dist.zero 0 "
+         "(DDP), 1 or 2");
     if (c.dist.strategy == Strategy::kDp)
       no("dist.strategy", "needs one process per device (dist.strategy ddp), not dp");
     if (c.model.placement == Placement::kPipeline)
@@ -364,10 +368,11 @@ void finetune(const LoadedConfig& lc) {
                    c.model.name));
   if (c.dist.tensor_parallel > 1)
     no("dist.tensor_parallel", "does not combine with dist.tensor_parallel yet");
-  if (c.dist.zero >= 1)
-    no("dist.zero", fmt::format("does not combine with dist.zero {} yet: the adapters are small, "
-                                "train them under DDP (dist.zero 0)",
-                                c.dist.zero));
+  // Deferred under ZeRO-3, the base is never whole on a rank to take the magnitudes' norms of.
+  if (c.dist.zero == 3 && c.lora.use_dora)
+    refuse(lc, setOne(lc, "lora.use_dora", "dist.zero"),
+           "lora.use_dora needs each base row's norm, and no rank holds the base whole under "
+           "dist.zero 3; use dist.zero 0, 1 or 2");
   if (c.dist.strategy == Strategy::kDp)
     no("dist.strategy", "needs one process per device (dist.strategy ddp), not dp");
   if (c.model.placement == Placement::kPipeline)

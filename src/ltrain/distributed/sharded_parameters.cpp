@@ -70,12 +70,17 @@ ShardedParameters::ShardedParameters(ProcessGroup& pg, std::vector<UnitInit> uni
   torch::NoGradGuard no_grad;
   for (auto& init : units) {
     Unit u;
-    u.bucket = std::move(init.bucket);
-    u.shard = std::move(init.shard);
-    u.full =
-        torch::zeros({u.bucket.padded}, u.bucket.params.front().options().dtype(gathered_dtype));
-    viewParameters(u);
-    freeStorage(u.full);
+    u.frozen = init.frozen;
+    for (auto& piece : init.pieces) {
+      Part part;
+      part.layout = std::move(piece.layout);
+      part.shard = std::move(piece.shard);
+      part.full = torch::zeros({part.layout.padded},
+                               part.layout.params.front().options().dtype(gathered_dtype));
+      viewParameters(part);
+      freeStorage(part.full);
+      u.parts.push_back(std::move(part));
+    }
     units_.push_back(std::move(u));
   }
   for (auto& u : units_) u.first_layer = unit_of_layer_.size(), u.last_layer = 0;
@@ -92,15 +97,17 @@ ShardedParameters::ShardedParameters(ProcessGroup& pg, std::vector<UnitInit> uni
 
 ShardedParameters::~ShardedParameters() {
   for (auto& u : units_)
-    if (u.gathering) u.gathering->wait();
+    for (auto& part : u.parts)
+      if (part.gathering) part.gathering->wait();
 }
 
-// The parameters become views of the unit's buffer (their values are copied in first).
-void ShardedParameters::viewParameters(Unit& u) {
+// The parameters become views of the part's buffer (their values are copied in first).
+void ShardedParameters::viewParameters(Part& part) {
   torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < u.bucket.params.size(); ++i) {
-    auto& p = u.bucket.params[i];
-    auto view = u.full.narrow(0, u.bucket.offsets[i], p.numel()).view(p.sizes());
+  const auto& l = part.layout;
+  for (size_t i = 0; i < l.params.size(); ++i) {
+    auto p = l.params[i];
+    auto view = part.full.narrow(0, l.offsets[i], p.numel()).view(p.sizes());
     if (hasStorage(p) && p.data_ptr() != view.data_ptr()) view.copy_(p.detach());
     p.set_data(view);
   }
@@ -108,27 +115,37 @@ void ShardedParameters::viewParameters(Unit& u) {
 
 void ShardedParameters::gather(size_t i, bool wait) {
   Unit& u = units_[i];
-  if (!u.gathered && !u.gathering) {
-    allocateStorage(u.full);
+  if (!u.gathered && !u.parts.front().gathering) {
+    for (auto& part : u.parts) {
+      allocateStorage(part.full);
+      // Cast before the all-gather (bf16 units): half the traffic, and the cast is each rank's.
+      part.cast = part.shard.detach().to(part.full.scalar_type());
+      part.gathering = pg_.allgatherInto(part.full, part.cast);
+    }
     peak_gathered_ = std::max(peak_gathered_, gatheredBytes());
-    // Cast before the all-gather (bf16 units): half the traffic, and the cast is each rank's own.
-    u.cast = u.shard.detach().to(u.full.scalar_type());
-    u.gathering = pg_.allgatherInto(u.full, u.cast);
   }
-  if (wait && u.gathering) {
-    pg_.wait(u.gathering);
-    u.gathering.reset();
-    u.cast = torch::Tensor();
+  if (wait && u.parts.front().gathering) {
+    for (auto& part : u.parts) {
+      pg_.wait(part.gathering);
+      part.gathering.reset();
+      part.cast = torch::Tensor();
+    }
     u.gathered = true;
   }
 }
 
 void ShardedParameters::release(size_t i) {
   Unit& u = units_[i];
-  if (u.gathering) pg_.wait(u.gathering), u.gathering.reset();  // not under a collective
-  u.cast = torch::Tensor();
-  freeStorage(u.full);
+  for (auto& part : u.parts) {
+    if (part.gathering) pg_.wait(part.gathering), part.gathering.reset();  // not under a collective
+    part.cast = torch::Tensor();
+    freeStorage(part.full);
+  }
   u.gathered = false;
+}
+
+void ShardedParameters::gradientsIn(size_t u) {
+  if (!units_[u].frozen) release(u);
 }
 
 void ShardedParameters::releaseAll() {
@@ -153,6 +170,11 @@ torch::Tensor ShardedParameters::afterLayer(size_t layer, torch::Tensor out) {
 }
 
 void ShardedParameters::beforeBackward(size_t u) {
+  // The later units' backward is over: every use of their frozen parameters lies between this
+  // output and the loss.
+  for (size_t i = 0; i < units_.size(); ++i)
+    if (units_[i].frozen && units_[i].gathered && units_[i].first_layer > units_[u].last_layer)
+      release(i);
   gather(u, /*wait=*/true);
   if (!prefetch_) return;
   auto at = std::find(backward_order_.begin(), backward_order_.end(), u);
@@ -163,38 +185,49 @@ void ShardedParameters::forEachUnitOnHost(
     bool main, const std::vector<size_t>& order,
     const std::function<void(size_t, const std::vector<torch::Tensor>&)>& fn) {
   torch::NoGradGuard no_grad;
-  for (size_t k = 0; k < order.size(); ++k) {
-    Unit& u = units_[order[k]];
-    // The slices' own values (fp32 where the units are gathered in bf16), into a buffer of
-    // their own: the parameters' gathered memory is not touched.
-    auto full = torch::empty({u.bucket.padded}, u.shard.options());
-    auto in = u.shard.detach();
-    pg_.wait(pg_.allgatherInto(full, in));
-    std::vector<torch::Tensor> host;
-    if (main)
-      for (size_t j = 0; j < u.bucket.params.size(); ++j) {
-        const auto& p = u.bucket.params[j];
-        host.push_back(full.narrow(0, u.bucket.offsets[j], p.numel())
-                           .view(p.sizes())
-                           .to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
-      }
-    full = torch::Tensor();
-    if (main) fn(k, host);
-  }
+  size_t k = 0;
+  for (size_t u : order)
+    for (auto& part : units_[u].parts) {
+      const auto& l = part.layout;
+      // The slices' own values (fp32 where the units are gathered in bf16), into a buffer of
+      // their own: the parameters' gathered memory is not touched.
+      auto full = torch::empty({l.padded}, part.shard.options());
+      auto in = part.shard.detach();
+      pg_.wait(pg_.allgatherInto(full, in));
+      std::vector<torch::Tensor> host;
+      if (main)
+        for (size_t j = 0; j < l.params.size(); ++j) {
+          const auto& p = l.params[j];
+          host.push_back(full.narrow(0, l.offsets[j], p.numel())
+                             .view(p.sizes())
+                             .to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
+        }
+      full = torch::Tensor();
+      if (main) fn(k, host);
+      ++k;
+    }
 }
 
 void ShardedParameters::withWholeOnHost(bool main, const std::function<void()>& fn) {
-  std::vector<std::vector<torch::Tensor>> host(units_.size());
+  std::vector<const Part*> parts;
   std::vector<size_t> order(units_.size());
   std::iota(order.begin(), order.end(), size_t{0});
+  for (const auto& u : units_)
+    for (const auto& part : u.parts) parts.push_back(&part);
+  std::vector<std::vector<torch::Tensor>> host(parts.size());
   forEachUnitOnHost(main, order,
-                    [&](size_t u, const std::vector<torch::Tensor>& t) { host[u] = t; });
+                    [&](size_t k, const std::vector<torch::Tensor>& t) { host[k] = t; });
   if (!main) return;
   auto restore = [&] {  // views are made over the memory, so it is there for a moment
-    for (auto& u : units_) allocateStorage(u.full), viewParameters(u), freeStorage(u.full);
+    for (auto& u : units_)
+      for (auto& part : u.parts)
+        allocateStorage(part.full), viewParameters(part), freeStorage(part.full);
   };
-  for (size_t i = 0; i < units_.size(); ++i)
-    for (size_t k = 0; k < host[i].size(); ++k) units_[i].bucket.params[k].set_data(host[i][k]);
+  for (size_t k = 0; k < parts.size(); ++k)
+    for (size_t j = 0; j < host[k].size(); ++j) {
+      auto p = parts[k]->layout.params[j];
+      p.set_data(host[k][j]);
+    }
   try {
     fn();
   } catch (...) {
@@ -206,13 +239,16 @@ void ShardedParameters::withWholeOnHost(bool main, const std::function<void()>& 
 
 int64_t ShardedParameters::shardBytes() const {
   int64_t b = 0;
-  for (const auto& u : units_) b += u.shard.numel() * static_cast<int64_t>(u.shard.element_size());
+  for (const auto& u : units_)
+    for (const auto& part : u.parts)
+      b += part.shard.numel() * static_cast<int64_t>(part.shard.element_size());
   return b;
 }
 
 int64_t ShardedParameters::gatheredBytes() const {
   int64_t b = 0;
-  for (const auto& u : units_) b += static_cast<int64_t>(u.full.storage().nbytes());
+  for (const auto& u : units_)
+    for (const auto& part : u.parts) b += static_cast<int64_t>(part.full.storage().nbytes());
   return b;
 }
 

@@ -14,6 +14,10 @@
 // Under bf16 the full buffers are bf16 (each rank casts its fp32 slice before the all-gather, as
 // FSDP2's MixedPrecisionPolicy(param_dtype=bf16)): the parameters are bf16 while gathered, their
 // gradients bf16, and the fp32 values exist only in the slices.
+// A unit's frozen parameters (a LoRA run's base) are a second flat layout of it, sharded and
+// gathered alike but never reduced. Their gradients never come to say the unit's backward is over,
+// and the input's gradient still needs them after the adapters' are in: such a unit is freed once
+// backward reaches an earlier unit (or at its end).
 #pragma once
 #include <torch/types.h>
 #include <torch/csrc/distributed/c10d/Work.hpp>
@@ -37,11 +41,15 @@ std::vector<int64_t> unitsOfLayers(const std::vector<std::vector<torch::Tensor>>
 
 class ShardedParameters final : public models::LayerHooks {
  public:
-  struct UnitInit {
-    BucketLayout bucket;  // its parameters, whole (as every rank holds them now), and offsets
-    torch::Tensor shard;  // this rank's slice of the flattened unit
+  struct Piece {
+    BucketLayout layout;  // its parameters, whole (as every rank holds them now), and offsets
+    torch::Tensor shard;  // this rank's slice of the flattened piece
   };
-  // `units` indexed as unitsOfLayers numbers them. Makes every parameter a view of its unit's
+  struct UnitInit {
+    std::vector<Piece> pieces;  // the trainable parameters' (their bucket's), then any frozen ones
+    bool frozen = false;        // some of its parameters are frozen
+  };
+  // `units` indexed as unitsOfLayers numbers them. Makes every parameter a view of its piece's
   // buffer (of `gathered_dtype`) and frees the buffers.
   ShardedParameters(ProcessGroup& pg, std::vector<UnitInit> units,
                     std::vector<int64_t> unit_of_layer, bool prefetch,
@@ -52,7 +60,9 @@ class ShardedParameters final : public models::LayerHooks {
   torch::Tensor afterLayer(size_t layer, torch::Tensor out) override;
   // Backward reached the output of unit `u`'s last layer.
   void beforeBackward(size_t u);
-  // Unit `u`'s gradients are all in (the reducer's hook) or its forward is done.
+  // Unit `u`'s gradients are all in (the reducer's hook): freed unless it holds frozen parameters.
+  void gradientsIn(size_t u);
+  // Unit `u`'s forward is done.
   void release(size_t u);
   void releaseAll();
 
@@ -61,9 +71,10 @@ class ShardedParameters final : public models::LayerHooks {
   // parameters become views of their units again: a checkpoint of the whole model without the
   // whole model on any device.
   void withWholeOnHost(bool main, const std::function<void()>& fn);
-  // Collective. Gathers the units one at a time, unit order[k] k-th, in the slices' dtype (fp32
-  // under bf16 too); on the main rank `fn(k, params)` gets its parameters (in its bucket's order)
-  // copied to the host. Between steps only: one unit's worth of memory at a time.
+  // Collective. Gathers the units' pieces one at a time, those of unit order[0] first, in the
+  // slices' dtype (fp32 under bf16 too); on the main rank `fn(k, params)` gets the k-th piece's
+  // parameters (in its layout's order) copied to the host. Between steps only: one piece's worth
+  // of memory at a time.
   void forEachUnitOnHost(bool main, const std::vector<size_t>& order,
                          const std::function<void(size_t, const std::vector<torch::Tensor>&)>& fn);
 
@@ -73,17 +84,21 @@ class ShardedParameters final : public models::LayerHooks {
   size_t unitCount() const { return units_.size(); }
 
  private:
-  struct Unit {
-    BucketLayout bucket;
+  struct Part {
+    BucketLayout layout;
     torch::Tensor shard;
     torch::Tensor full;  // flat, padded; its storage empty while not gathered
     torch::Tensor cast;  // the slice in the buffer's dtype, alive while its all-gather runs
     c10::intrusive_ptr<c10d::Work> gathering;
+  };
+  struct Unit {
+    std::vector<Part> parts;
+    bool frozen = false;
     bool gathered = false;
     size_t first_layer = 0, last_layer = 0;
   };
   void gather(size_t u, bool wait);
-  void viewParameters(Unit& unit);
+  static void viewParameters(Part& part);
 
   ProcessGroup& pg_;
   std::vector<Unit> units_;

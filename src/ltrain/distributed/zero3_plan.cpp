@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 
 #include "ltrain/common/tensor_storage.h"
 #include "ltrain/distributed/optimizer_state.h"
@@ -19,18 +20,35 @@
 namespace ltrain::distributed {
 namespace {
 
-// Which unit each layer, and each parameter, belongs to.
+// Which unit each layer, and each parameter, belongs to; and each unit's frozen parameters (a LoRA
+// run's base), which no bucket holds: laid out flat as a bucket is, in the order the layers hold
+// them, to be sharded and gathered with the unit's own and never reduced.
 struct Units {
   std::vector<int64_t> of_layer;
   std::map<const c10::TensorImpl*, int64_t> of_param;
+  std::vector<BucketLayout> frozen;          // per unit; no parameters where it has none
+  std::vector<torch::Tensor> frozen_slices;  // this rank's slice of each, once made
+  int64_t rank = 0, world = 1;
 
   static Units of(const PlanSetup& s) {
     Units u;
+    u.rank = s.pg->runtime().rank, u.world = s.pg->runtime().world_size;
     u.of_layer = unitsOfLayers(s.layer_params, s.dist.fsdp_unit);
+    const int64_t count =
+        u.of_layer.empty() ? 0 : *std::max_element(u.of_layer.begin(), u.of_layer.end()) + 1;
+    u.frozen.resize(static_cast<size_t>(count));
+    u.frozen_slices.resize(u.frozen.size());
     for (size_t l = 0; l < s.layer_params.size(); ++l)
-      for (const auto& p : s.layer_params[l]) u.of_param[p.unsafeGetTensorImpl()] = u.of_layer[l];
+      for (const auto& p : s.layer_params[l]) {
+        if (!u.of_param.emplace(p.unsafeGetTensorImpl(), u.of_layer[l]).second) continue;
+        if (p.requires_grad()) continue;
+        auto& f = u.frozen[static_cast<size_t>(u.of_layer[l])];
+        f.params.push_back(p), f.offsets.push_back(f.padded), f.padded += p.numel();
+      }
+    for (auto& f : u.frozen) f.padded = (f.padded + u.world - 1) / u.world * u.world;
     return u;
   }
+  size_t count() const { return frozen.size(); }
   int64_t ofParam(const torch::Tensor& p, const std::string& name) const {
     auto it = of_param.find(p.unsafeGetTensorImpl());
     if (it == of_param.end())
@@ -39,33 +57,50 @@ struct Units {
   }
 };
 
-// A deferred build's unit: its values made here, a layer at a time, into one flat buffer of
-// which this rank keeps its slice; the buffer goes at once, and the parameters have no memory
-// again.
-torch::Tensor filledSlice(const ShardedOptimizerPlan::Shard& s, const ElementRange& window,
-                          const Units& units, const PlanSetup& setup) {
+// This rank's slice of a layout whose parameters hold their whole values.
+torch::Tensor wholeSlice(const BucketLayout& l, const ElementRange& window) {
   torch::NoGradGuard no_grad;
-  const auto& first = s.bucket.params.front();
-  const int64_t unit = units.of_param.at(first.unsafeGetTensorImpl());
-  auto flat = torch::zeros({s.bucket.padded}, first.options());
-  std::map<const c10::TensorImpl*, int64_t> offset_of;
-  for (size_t i = 0; i < s.bucket.params.size(); ++i) {
-    auto& p = s.bucket.params[i];
-    p.set_data(flat.narrow(0, s.bucket.offsets[i], p.numel()).view(p.sizes()));
-    offset_of[p.unsafeGetTensorImpl()] = s.bucket.offsets[i];
+  auto flat = torch::zeros({l.padded}, l.params.front().options());
+  for (size_t i = 0; i < l.params.size(); ++i)
+    flat.narrow(0, l.offsets[i], l.params[i].numel()).copy_(l.params[i].detach().reshape(-1));
+  return flat.narrow(0, window.begin, window.size()).clone();
+}
+
+// A deferred build's unit: its values made here, a layer at a time, into one flat buffer per
+// layout (the bucket's, the frozen parameters'), of which this rank keeps its slices; the buffers
+// go at once, and the parameters have no memory again. Parameters made after the build (LoRA's
+// adapters) keep their values where the source has none of its own (a checkpoint has).
+std::vector<torch::Tensor> filledSlices(const std::vector<const BucketLayout*>& layouts,
+                                        int64_t unit, const Units& units, const PlanSetup& setup) {
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> flats;
+  std::map<const c10::TensorImpl*, ElementRange> wanted_of;  // in each parameter's own indices
+  for (const auto* l : layouts) {
+    auto flat = torch::zeros({l->padded}, l->params.front().options());
+    const auto window = rankSlice(l->padded, units.rank, units.world);
+    for (size_t i = 0; i < l->params.size(); ++i) {
+      const auto& p = l->params[i];
+      auto view = flat.narrow(0, l->offsets[i], p.numel()).view(p.sizes());
+      if (hasStorage(p)) view.copy_(p.detach());
+      p.set_data(view);
+      wanted_of[p.unsafeGetTensorImpl()] = overlap(window, l->offsets[i], p.numel());
+    }
+    flats.push_back(std::move(flat));
   }
-  // Of each parameter, the elements that fall into this rank's slice.
   auto wanted = [&](const torch::Tensor& p) {
-    auto it = offset_of.find(p.unsafeGetTensorImpl());
-    if (it == offset_of.end()) return std::pair<int64_t, int64_t>{0, 0};
-    const auto here = overlap(window, it->second, p.numel());
-    return std::pair<int64_t, int64_t>{here.begin, here.end};
+    auto it = wanted_of.find(p.unsafeGetTensorImpl());
+    if (it == wanted_of.end()) return std::pair<int64_t, int64_t>{0, 0};
+    return std::pair<int64_t, int64_t>{it->second.begin, it->second.end};
   };
   for (size_t l = 0; l < units.of_layer.size(); ++l)
     if (units.of_layer[l] == unit) setup.fill_layer(l, wanted);
-  auto slice = flat.narrow(0, window.begin, window.size()).clone();
-  for (const auto& p : s.bucket.params) p.set_data(storageless(p.sizes(), p.options()));
-  return slice;
+  std::vector<torch::Tensor> slices;
+  for (size_t k = 0; k < layouts.size(); ++k) {
+    const auto window = rankSlice(layouts[k]->padded, units.rank, units.world);
+    slices.push_back(flats[k].narrow(0, window.begin, window.size()).clone());
+    for (const auto& p : layouts[k]->params) p.set_data(storageless(p.sizes(), p.options()));
+  }
+  return slices;
 }
 
 class Zero3Plan final : public ShardedOptimizerPlan {
@@ -88,32 +123,56 @@ class Zero3Plan final : public ShardedOptimizerPlan {
                 o.collective = reduceScatterBuckets(*s.pg, torch::kBFloat16);
               for (const auto& [name, p] : tensors.params)
                 o.groups.push_back(units.ofParam(p, name));
-              o.on_bucket_grads = [this](size_t b) { sharded_->release(unit_of_bucket_[b]); };
+              o.on_bucket_grads = [this](size_t b) { sharded_->gradientsIn(unit_of_bucket_[b]); };
             },
-            s.fill_layer ? FirstSlice([&](const Shard& sh, const ElementRange& mine) {
-              return filledSlice(sh, mine, units, s);
+            s.fill_layer ? FirstSlice([&](const Shard& sh, const ElementRange&) {
+              // The unit's frozen parameters are made with its trainable ones, kept for later.
+              const int64_t u = units.of_param.at(sh.bucket.params.front().unsafeGetTensorImpl());
+              const auto& frozen = units.frozen[static_cast<size_t>(u)];
+              if (frozen.params.empty()) return filledSlices({&sh.bucket}, u, units, s).front();
+              auto both = filledSlices({&sh.bucket, &frozen}, u, units, s);
+              units.frozen_slices[static_cast<size_t>(u)] = both[1];
+              return both[0];
             })
                          : nullptr),
         gathered_dtype_(s.compute_dtype),
         prefetch_(s.dist.fsdp_prefetch),
         set_layer_hooks_(s.set_layer_hooks) {
-    shardParameters(units);
+    shardParameters(units, s);
   }
 
-  // Each bucket is one unit: its flat slice becomes the only copy of its parameters this rank
-  // keeps.
-  void shardParameters(const Units& units) {
-    const int64_t count = units.of_layer.empty()
-                              ? 0
-                              : *std::max_element(units.of_layer.begin(), units.of_layer.end()) + 1;
-    if (count != static_cast<int64_t>(shards_.size()))
-      throw std::logic_error("dist.zero 3: a unit without trainable parameters");
-    std::vector<ShardedParameters::UnitInit> init(shards_.size());
+  // Each bucket is one unit's trainable parameters, its frozen ones (if any) another layout: their
+  // flat slices become the only copy of its parameters this rank keeps.
+  void shardParameters(Units& units, const PlanSetup& s) {
+    std::map<const c10::TensorImpl*, std::string> names;
+    for (const auto& p : model_->named_parameters())
+      names.emplace(p.value().unsafeGetTensorImpl(), p.key());
+    std::vector<ShardedParameters::UnitInit> init(units.count());
+    bucket_of_unit_.assign(units.count(), -1);
     for (size_t b = 0; b < shards_.size(); ++b) {
       const auto u = static_cast<size_t>(
           units.of_param.at(shards_[b].bucket.params.front().unsafeGetTensorImpl()));
       unit_of_bucket_.push_back(u);
-      init[u] = {shards_[b].bucket, shards_[b].param};
+      bucket_of_unit_[u] = static_cast<int64_t>(b);
+      init[u].pieces.push_back({shards_[b].bucket, shards_[b].param});
+    }
+    for (size_t u = 0; u < units.count(); ++u) {
+      const auto& frozen = units.frozen[u];
+      if (!frozen.params.empty()) {
+        auto slice = units.frozen_slices[u];
+        if (!slice.defined())
+          slice = s.fill_layer ? filledSlices({&frozen}, static_cast<int64_t>(u), units, s).front()
+                               : wholeSlice(frozen, rankSlice(frozen.padded, rank_, world_));
+        init[u].pieces.push_back({frozen, slice});
+        init[u].frozen = true;
+        FrozenPiece piece{
+            u, {}, frozen.padded, rankSlice(frozen.padded, rank_, world_).begin, slice};
+        for (size_t i = 0; i < frozen.params.size(); ++i)
+          piece.params.push_back({names.at(frozen.params[i].unsafeGetTensorImpl()),
+                                  frozen.params[i].sizes().vec(), frozen.offsets[i]});
+        frozen_.push_back(std::move(piece));
+      }
+      if (init[u].pieces.empty()) throw std::logic_error("dist.zero 3: a unit without parameters");
     }
     sharded_ = std::make_shared<ShardedParameters>(pg_, std::move(init), units.of_layer, prefetch_,
                                                    gathered_dtype_);
@@ -154,21 +213,33 @@ class Zero3Plan final : public ShardedOptimizerPlan {
     sharded_->withWholeOnHost(rank_ == 0, [&] { write(whole); });
   }
 
+  // Unit by unit, its trainable piece and then its frozen one, as the parameters' pieces come.
   std::vector<UnitShard> unitShards() override {
     optim::syncStepsToHost(*opt_);
     const auto names = reducer_->bucketParameterNames();
     std::vector<UnitShard> out;
-    for (size_t b = 0; b < shards_.size(); ++b) {
-      const auto& sh = shards_[b];
-      UnitShard u;
-      for (size_t i = 0; i < sh.bucket.params.size(); ++i)
-        u.params.push_back({names[b][i], sh.bucket.params[i].sizes().vec(), sh.bucket.offsets[i]});
-      u.padded = sh.bucket.padded;
-      u.begin = mine(sh).begin;
-      u.values = sh.param.detach();
-      ParamState st;
-      if (readParamState(*opt_, sh.param, st)) u.optimizer_step = st.step, u.state = st.tensors;
-      out.push_back(std::move(u));
+    auto frozen = frozen_.begin();
+    for (size_t u = 0; u < bucket_of_unit_.size(); ++u) {
+      if (const int64_t b = bucket_of_unit_[u]; b >= 0) {
+        const auto& sh = shards_[static_cast<size_t>(b)];
+        UnitShard us;
+        for (size_t i = 0; i < sh.bucket.params.size(); ++i)
+          us.params.push_back({names[static_cast<size_t>(b)][i], sh.bucket.params[i].sizes().vec(),
+                               sh.bucket.offsets[i]});
+        us.padded = sh.bucket.padded;
+        us.begin = mine(sh).begin;
+        us.values = sh.param.detach();
+        ParamState st;
+        if (readParamState(*opt_, sh.param, st)) us.optimizer_step = st.step, us.state = st.tensors;
+        out.push_back(std::move(us));
+      }
+      if (frozen != frozen_.end() && frozen->unit == u) {
+        UnitShard us;
+        us.params = frozen->params, us.padded = frozen->padded, us.begin = frozen->begin;
+        us.values = frozen->slice;
+        out.push_back(std::move(us));
+        ++frozen;
+      }
     }
     return out;
   }
@@ -176,14 +247,26 @@ class Zero3Plan final : public ShardedOptimizerPlan {
   void forEachUnitOnHost(
       bool main,
       const std::function<void(size_t, const std::vector<torch::Tensor>&)>& fn) override {
-    sharded_->forEachUnitOnHost(main, unit_of_bucket_, fn);  // in bucket order
+    std::vector<size_t> order(bucket_of_unit_.size());
+    std::iota(order.begin(), order.end(), size_t{0});
+    sharded_->forEachUnitOnHost(main, order, fn);  // in unitShards' order
   }
+
+  // A unit's frozen parameters as a checkpoint lists them (no optimizer state).
+  struct FrozenPiece {
+    size_t unit;
+    std::vector<UnitShard::Param> params;
+    int64_t padded, begin;
+    torch::Tensor slice;
+  };
 
   torch::ScalarType gathered_dtype_;
   bool prefetch_;
   std::function<void(std::shared_ptr<models::LayerHooks>)> set_layer_hooks_;
   std::shared_ptr<ShardedParameters> sharded_;  // installed as the model's layer hooks
   std::vector<size_t> unit_of_bucket_;
+  std::vector<int64_t> bucket_of_unit_;  // -1: a unit of frozen parameters only
+  std::vector<FrozenPiece> frozen_;      // by unit
 };
 
 }  // namespace

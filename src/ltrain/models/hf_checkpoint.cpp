@@ -138,6 +138,8 @@ class InitialWeights {
   }
 
   // Elements [begin, end) of `p` (flattened) from the file; a transposed one is read whole.
+  // Whether the file holds the parameter (not so for one added after the build: an adapter).
+  bool has(const torch::Tensor& p) const { return params_.count(p.unsafeGetTensorImpl()) > 0; }
   void read(const torch::Tensor& p, int64_t begin, int64_t end) const {
     const Place& at = params_.at(p.unsafeGetTensorImpl());
     const auto& file = *files_[at.file];
@@ -167,6 +169,7 @@ class FileValues final : public DeferredValues {
   void fill(size_t, torch::nn::Module& target, const WantedElements& wanted) override {
     torch::NoGradGuard no_grad;
     for (const auto& p : target.parameters()) {
+      if (!weights_->has(p)) continue;  // LoRA's adapters: made after the build, kept as made
       const auto [begin, end] = wanted(p);
       weights_->read(p, begin, end);
     }

@@ -51,11 +51,15 @@ class ReplayedValues final : public DeferredValues {
       family_.init(layer, *fresh.ptr());
     }
     setGeneratorState(now);
-    const auto values = fresh.ptr()->parameters();
-    if (values.size() != params.size())
-      throw std::logic_error("deferred build: layer " + std::to_string(layer) +
-                             " was made with another number of parameters");
-    for (size_t i = 0; i < params.size(); ++i) params[i].copy_(values[i]);
+    // By name: parameters added after the build (LoRA's adapters) are not the family's to make.
+    const auto mine = target.named_parameters();
+    for (const auto& v : fresh.ptr()->named_parameters()) {
+      const auto* p = mine.find(v.key());
+      if (!p)
+        throw std::logic_error("deferred build: layer " + std::to_string(layer) +
+                               " was made without parameter " + v.key());
+      p->copy_(v.value());
+    }
   }
 
  private:

@@ -42,25 +42,28 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
   auto sums = torch::zeros({3}, torch::TensorOptions().dtype(torch::kDouble).device(devices.main));
   data::Batch b, last;
   int64_t batches = 0;
-  auto run = [&](const data::Batch& batch) {
+  // One batch's forward(s) and, when it counts, its sums.
+  auto score = [&](const data::Batch& batch, bool counts) {
     compute::AutocastScope autocast(precision, devices.main.type());
-    return compute::forward(model, batch.inputs.to(devices.main), devices).to(torch::kFloat);
-  };
-  while (loader.next(b)) {
     if (dpo) {  // pairs: DPO's loss per pair, and the pairs ranked right
-      compute::AutocastScope autocast(precision, devices.main.type());
-      const auto t = dpo->loss(b.inputs.to(devices.main), b.targets.to(devices.main), devices);
+      const auto t =
+          dpo->loss(batch.inputs.to(devices.main), batch.targets.to(devices.main), devices);
+      if (!counts) return;
       const auto pairs = t.stats[3];
       sums[0] += (t.loss * pairs).to(sums.device(), torch::kDouble);
       sums[1] += t.stats[2].to(sums.device(), torch::kDouble);
       sums[2] += pairs.to(sums.device(), torch::kDouble);
-      continue;
+      return;
     }
-    auto out = run(b);
-    const auto yt = b.targets.to(devices.main).to(out.device());
+    auto out = compute::forward(model, batch.inputs.to(devices.main), devices).to(torch::kFloat);
+    if (!counts) return;
+    const auto yt = batch.targets.to(devices.main).to(out.device());
     sums[0] += crossEntropy(out, yt, torch::kSum).to(sums.device(), torch::kDouble);
     sums[1] += out.argmax(-1).eq(yt).sum().to(sums.device(), torch::kDouble);
     sums[2] += yt.ge(0).sum().to(sums.device(), torch::kDouble);
+  };
+  while (loader.next(b)) {
+    score(b, true);
     ++batches;
     last = b;
   }
@@ -76,7 +79,7 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
       data::Loader one(ds, {0}, 1, false, 0, 1);
       one.next(last);
     }
-    for (; batches < needed; ++batches) run(last);
+    for (; batches < needed; ++batches) score(last, false);
   }
   model->train();
   const auto cpu = sums.cpu();

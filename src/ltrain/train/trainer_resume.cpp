@@ -12,6 +12,7 @@
 #include "ltrain/common/memory_phase.h"
 #include "ltrain/compute/devices.h"
 #include "ltrain/models/layerwise.h"
+#include "ltrain/models/lora.h"
 #include "ltrain/models/tensor_parallel.h"
 #include "ltrain/train/startup.h"
 #include "ltrain/train/trainer_parts.h"
@@ -39,6 +40,7 @@ bool Trainer::resumeAndSpread(const distributed::ParallelPlan::MakeOptimizer& ma
         const auto rng = gen.get_state();
         auto scratch = models::build(cfg_.model, splits_.train.modelInputShape(),
                                      splits_.train.num_classes, splits_.train.tokens);
+        models::applyFinetuning(scratch, cfg_, /*starting=*/false);  // the run's adapters
         gen.set_state(rng);
         auto opt = make_optimizer(scratch->parameters(), {});
         checkpoint::loadCheckpoint(path, *scratch, *opt, parts());
