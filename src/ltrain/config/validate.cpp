@@ -375,8 +375,6 @@ void finetune(const LoadedConfig& lc) {
            "dist.zero 3; use dist.zero 0, 1 or 2");
   if (c.dist.strategy == Strategy::kDp)
     no("dist.strategy", "needs one process per device (dist.strategy ddp), not dp");
-  if (c.model.placement == Placement::kPipeline)
-    no("model.placement", "does not combine with model.placement pipeline yet");
 }
 
 }  // namespace
