@@ -167,7 +167,8 @@ int cmdEval(const Args& a) {
   spdlog::set_pattern("[%H:%M:%S] %v");
   auto r = ltrain::train::evaluateWeights(lc, files.weights);
   // A language model's held-out split is its text's validation part: also its perplexity.
-  fmt::print("{}  examples {}\n", heldOutScores(r.test_accuracy, r.test_loss, r.language_model),
+  fmt::print("{}  examples {}\n",
+             heldOutScores(r.test_accuracy, r.test_loss, r.language_model, r.preference),
              r.examples);
   return 0;
 }

@@ -6,7 +6,9 @@
 // on two, and as LoRA from a PEFT adapter under DDP on two (the reference the starting adapter in
 // both).
 #include <torch/torch.h>
+
 #include <catch2/catch.hpp>
+#include <cstdio>
 
 #include <cmath>
 #include <filesystem>
@@ -156,6 +158,23 @@ TEST_CASE(
   REQUIRE(r.exit_code == 0);
   CHECK_THAT(r.out, Contains("ZeRO-3 over"));
   compare(dir / "trl_lora", dir / "lt_lora_zero3");
+  // ltrain eval makes the reference again (the base and the starting adapter) and scores the
+  // validation pairs as the runs' last evaluation and TRL's did; from the config alone, the model
+  // as it starts is its own reference (loss log 2, no pair ranked right).
+  for (const std::string& run : {dir / "lt_full", dir / "lt_lora_zero3"}) {
+    const auto e = runProcess({LTRAIN_BINARY, "eval", "--run", run});
+    INFO(e.out << e.err);
+    REQUIRE(e.exit_code == 0);
+    double loss = 0, accuracy = 0;
+    REQUIRE(std::sscanf(e.out.c_str(), "val_loss %lf  reward_accuracy %lf", &loss, &accuracy) == 2);
+    const auto trl_eval = ltrain::test::readJson(
+        dir / (run == dir / "lt_full" ? "trl_full" : "trl_lora") + "/eval.json");
+    CHECK(std::abs(loss - trl_eval["eval_loss"].get<double>()) <= 1e-4);
+    CHECK(std::abs(accuracy - trl_eval["eval_rewards/accuracies"].get<double>()) <= 1e-4);
+  }
+  const auto start = runProcess({LTRAIN_BINARY, "eval", dir / "lora.yaml"});
+  INFO(start.out << start.err);
+  CHECK_THAT(start.out, Contains("val_loss 0.6931  reward_accuracy 0.0000"));
   // The tuned adapter goes out as PEFT's files.
   requireRun({LTRAIN_BINARY, "export", "--run", dir / "lt_lora", "--peft", dir / "tuned"});
   CHECK(std::filesystem::exists(dir / "tuned/adapter_model.safetensors"));

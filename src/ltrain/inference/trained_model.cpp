@@ -13,8 +13,8 @@
 
 namespace ltrain::inference {
 
-TrainedClassifier loadTrainedClassifier(const config::LoadedConfig& lc,
-                                        const std::string& weights) {
+TrainedClassifier loadTrainedClassifier(const config::LoadedConfig& lc, const std::string& weights,
+                                        const std::function<void(models::Classifier&)>& at_start) {
   const auto& cfg = lc.cfg;
   if (cfg.train.threads > 0) at::set_num_threads(static_cast<int>(cfg.train.threads));
   std::error_code ec;
@@ -32,11 +32,14 @@ TrainedClassifier loadTrainedClassifier(const config::LoadedConfig& lc,
   torch::manual_seed(static_cast<uint64_t>(cfg.seed));
   t.model = models::build(cfg.model, t.splits.train.modelInputShape(), t.splits.train.num_classes,
                           t.splits.train.tokens);
-  if (weights.empty()) {  // the model as it starts: model.init_from (and its adapter)
+  if (weights.empty() || at_start) {  // the model as it starts: model.init_from (and its adapter)
     models::loadInitialWeights(t.model, cfg.model);
     models::applyFinetuning(t.model, cfg, /*starting=*/true);
+    if (at_start) at_start(t.model);
   } else {
     models::applyFinetuning(t.model, cfg, /*starting=*/false);  // the weights hold the adapters
+  }
+  if (!weights.empty()) {
     if (weights.size() > 12 && weights.substr(weights.size() - 12) == ".safetensors")
       io::loadModuleState(*t.model, weights);
     else  // read onto the CPU, whatever device saved it

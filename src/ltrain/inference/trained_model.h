@@ -1,5 +1,6 @@
 // A trained model ready to run: what `ltrain eval` and `ltrain predict` start from.
 #pragma once
+#include <functional>
 #include <string>
 
 #include "ltrain/compute/devices.h"
@@ -17,6 +18,10 @@ struct TrainedClassifier {
   models::Classifier model{nullptr};
   compute::Devices devices;
 };
-TrainedClassifier loadTrainedClassifier(const config::LoadedConfig& lc, const std::string& weights);
+// `at_start`, when given, sees the model as the run started (model.init_from, then
+// finetune.adapter_from's adapter), before the weights replace it: DPO's reference is kept there.
+TrainedClassifier loadTrainedClassifier(
+    const config::LoadedConfig& lc, const std::string& weights,
+    const std::function<void(models::Classifier&)>& at_start = {});
 
 }  // namespace ltrain::inference

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <memory>
 #include <numeric>
 
 #include "ltrain/common/errors.h"
@@ -12,6 +13,7 @@
 #include "ltrain/inference/trained_model.h"
 #include "ltrain/models/moe.h"
 #include "ltrain/models/tensor_parallel.h"
+#include "ltrain/train/dpo.h"
 #include "ltrain/train/loss.h"
 
 namespace ltrain::train {
@@ -92,14 +94,19 @@ EvalResult evaluate(models::Classifier& model, const data::Dataset& ds, int64_t 
 
 EvalSummary evaluateWeights(const config::LoadedConfig& lc, const std::string& weights) {
   const auto& cfg = lc.cfg;
-  if (cfg.finetune.method == "dpo")
-    throw UsageError(
-        "ltrain eval does not score preference pairs: DPO's reference is the model as the run "
-        "started; the run's metrics.jsonl holds its val loss and reward accuracy");
-  auto t = inference::loadTrainedClassifier(lc, weights);
+  // DPO scores against its reference, the model as the run started (model.init_from and its
+  // starting adapter), made again here as the trainer made it.
+  std::unique_ptr<Dpo> dpo;
+  auto t = inference::loadTrainedClassifier(
+      lc, weights,
+      cfg.finetune.method != "dpo"
+          ? std::function<void(models::Classifier&)>{}
+          : [&](models::Classifier& m) { dpo = std::make_unique<Dpo>(cfg.dpo.beta, m); });
+  if (dpo) dpo->place();
   auto r = evaluate(t.model, t.splits.test, cfg.data.eval_batch_size, cfg.train.precision,
-                    t.devices, nullptr);
-  return {r.accuracy, r.loss, t.splits.test.size(), languageModel(t.splits.test)};
+                    t.devices, nullptr, dpo.get());
+  return {r.accuracy, r.loss, t.splits.test.size(), languageModel(t.splits.test),
+          t.splits.test.pairs};
 }
 
 }  // namespace ltrain::train

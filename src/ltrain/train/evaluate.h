@@ -35,6 +35,7 @@ struct EvalSummary {
   double test_accuracy = 0, test_loss = 0;
   int64_t examples = 0;
   bool language_model = false;  // per-token loss on the text's validation split
+  bool preference = false;      // DPO's loss and reward accuracy on the validation pairs
 };
 
 // `ltrain eval`: the config's model with weights from a checkpoint (.pt, whatever device wrote
