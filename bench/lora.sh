@@ -46,3 +46,22 @@ print('| %s %s | %s | %s | %s | %.0f MiB | %.0f |' % ('$side', '$method', '{:,}'
       mb('optimizer_state_mb'), mb('gradient_mb'), s['peak_rss_mb'], s['samples_per_s'] * 256))"
   done
 done
+
+# The frozen base held in bf16 (lora.base_dtype), against fp32, on the same LoRA run: the
+# parameters' bytes, peak RSS and tokens/s, in fp32 (each product upcasts the weight) and under
+# train.precision bf16 (autocast rounds either to bf16).
+echo
+echo "| ltrain lora | precision | parameters | peak RSS | tokens/s | final loss |"
+echo "| --- | --- | --- | --- | --- | --- |"
+for precision in fp32 bf16; do
+  for base in fp32 bf16; do
+    run=$tmp/base-$base-$precision
+    "$bin" train "$root/configs/llama_tokens.yaml" "${common[@]}" "${lora[@]}" \
+      lora.base_dtype=$base train.precision=$precision --output-dir "$run" >"$run.log" 2>&1
+    python3 -c "
+import json
+s = json.load(open('$run/summary.json'))
+print('| base %s | %s | %.1f MiB | %.0f MiB | %.0f | %.4f |' % ('$base', '$precision',
+      s['parameter_mb'], s['peak_rss_mb'], s['samples_per_s'] * 256, s['train_loss']))"
+  done
+done

@@ -320,3 +320,21 @@ TEST_CASE("a vocabulary or sequence that tensor parallelism does not divide fail
                               "dist.sequence_parallel (33)"));
   CHECK_FALSE(std::filesystem::exists(out2 + "/checkpoints"));
 }
+
+TEST_CASE("a tensor-parallel rank whose replicated parameters went apart is named at the next log",
+          "[dist]") {
+  // Every test above compares the replicas at every logged step and finds them equal bit for bit.
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 4\n");
+  ltrain::test::writeText(dir / "t.txt", ltrain::test::textCorpus(300));
+  auto r = runLtrain(
+      run(dir, dir / "drift", 2, "llama", {"dist.tensor_parallel=2", "train.log_every=5"}),
+      {{"LTRAIN_FAULT_DRIFT_AT_STEP", "3:1"}});
+  INFO(r.out << r.err);
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.out + r.err, Contains("tensor parallel: replicated parameter"));
+  CHECK_THAT(r.out + r.err, Contains("differs between ranks 0 and 1 of a group"));
+  // Found at step 5's window: nothing after it was logged.
+  const auto losses = ltrain::test::trainLosses(dir / "drift/metrics.jsonl");
+  CHECK(losses.empty());
+}

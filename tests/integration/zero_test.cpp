@@ -618,6 +618,78 @@ TEST_CASE(
   }
 }
 
+TEST_CASE(
+    "lora.base_dtype bf16 halves the base: under bf16 precision fp32's adapters bit for bit, in "
+    "fp32 across DDP and ZeRO-3 and their checkpoints",
+    "[dist]") {
+  TempDir dir;
+  ltrain::test::writeText(dir / "c.yaml", "seed: 7\n");
+  ltrain::test::writeText(dir / "t.txt", ltrain::test::textCorpus(400));
+  auto lora = [](std::vector<std::string> extra) {
+    for (const char* o : {"finetune.method=lora", "lora.target_modules=c_attn,c_fc", "lora.rank=4",
+                          "scheduler.name=constant"})
+      extra.emplace_back(o);
+    return extra;
+  };
+  // Autocast rounds an fp32 weight to bf16 for every product: holding it so changes nothing, under
+  // DDP and under ZeRO-3 (which gathers its units in bf16 either way).
+  for (const std::string zero : {"0", "3"}) {
+    INFO("dist.zero " << zero);
+    const std::string fp32 = dir / ("fp32-" + zero), bf16 = dir / ("bf16-" + zero);
+    ok(runLtrain(gpt(dir, fp32, 2, lora({"dist.zero=" + zero, "train.precision=bf16"}))));
+    ok(runLtrain(gpt(dir, bf16, 2,
+                     lora({"dist.zero=" + zero, "train.precision=bf16", "lora.base_dtype=bf16"}))));
+    CHECK(ltrain::test::trainLosses(bf16 + "/metrics.jsonl") ==
+          ltrain::test::trainLosses(fp32 + "/metrics.jsonl"));
+    const auto a = ltrain::io::loadSafetensors(fp32 + "/model.safetensors");
+    const auto b = ltrain::io::loadSafetensors(bf16 + "/model.safetensors");
+    REQUIRE(b.size() == a.size());
+    for (const auto& [name, t] : a) {
+      INFO(name);
+      // Every linear's weight (GPT's c_attn, c_proj and c_fc) is held in bf16.
+      const bool held = name.find("c_attn.weight") != std::string::npos ||
+                        name.find("c_proj.weight") != std::string::npos ||
+                        name.find("c_fc.weight") != std::string::npos;
+      CHECK(b.at(name).scalar_type() == (held ? torch::kBFloat16 : torch::kFloat));
+      CHECK(torch::equal(b.at(name), held ? t.to(torch::kBFloat16) : t));
+    }
+    // The linears are most of the base: the parameters' bytes fall by nearly half.
+    CHECK(summaryValue(bf16, "parameter_mb") < 0.7 * summaryValue(fp32, "parameter_mb"));
+  }
+  CHECK(summaryValue(dir / "bf16-3", "parameter_mb") ==
+        Approx(summaryValue(dir / "bf16-0", "parameter_mb") / 2).epsilon(0.05));
+
+  // In fp32 each product upcasts the bf16 weight: ZeRO-3 equals DDP, and checkpoints of the bf16
+  // base cross between them either way.
+  ok(runLtrain(gpt(dir, dir / "ddp", 2, lora({"dist.zero=0", "lora.base_dtype=bf16"}))));
+  ok(runLtrain(gpt(dir, dir / "z3", 2, lora({"dist.zero=3", "lora.base_dtype=bf16"}))));
+  CHECK(ltrain::test::maxWeightDiff(dir / "ddp/model.safetensors", dir / "z3/model.safetensors") <
+        1e-6);
+  for (auto [first, second] : {std::pair{"3", "0"}, std::pair{"0", "3"}}) {
+    const std::string run = dir / (std::string("cross") + first + second);
+    ok(runLtrain(gpt(
+        dir, run, 2,
+        lora({std::string("dist.zero=") + first, "lora.base_dtype=bf16", "train.max_steps=10"}))));
+    const std::string ckpt =
+        run + "/checkpoints/step-00000010" + (std::string(first) == "3" ? ".shards" : ".pt");
+    ok(runLtrain(gpt(dir, run + "b", 2,
+                     lora({std::string("dist.zero=") + second, "lora.base_dtype=bf16",
+                           "train.resume=" + ckpt}))));
+    INFO(first << " then " << second);
+    CHECK(ltrain::test::maxWeightDiff(dir / "ddp/model.safetensors", run + "b/model.safetensors") <
+          1e-6);
+  }
+  // export --hf writes the merged model in fp32, as the base came.
+  auto e =
+      ltrain::test::runProcess({LTRAIN_BINARY, "export", "--run", dir / "z3", "--hf", dir / "hf"});
+  INFO(e.out << e.err);
+  REQUIRE(e.exit_code == 0);
+  for (const auto& [name, t] : ltrain::io::loadSafetensors(dir / "hf/model.safetensors")) {
+    INFO(name);
+    CHECK(t.scalar_type() == torch::kFloat);
+  }
+}
+
 TEST_CASE("dist.zero=3 resumes a whole .pt with only rank 0 holding it whole", "[dist]") {
   TempDir dir;
   ltrain::test::writeText(dir / "c.yaml", "seed: 9\n");

@@ -4,9 +4,12 @@
 // through a PEFT adapter directory under PEFT's names. PEFT itself checks the same files in
 // parity/peft_parity_test.cpp.
 #include <torch/torch.h>
+
 #include <catch2/catch.hpp>
+#include <map>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/compute/precision.h"
 #include "ltrain/config/load.h"
 #include "ltrain/config/schema.h"
 #include "ltrain/io/json.h"
@@ -170,4 +173,77 @@ TEST_CASE("a PEFT adapter directory carries the adapters out and back under PEFT
                              "another base model"));
   CHECK_THROWS_WITH(ltrain::models::loadAdapter(other, wide.model, dir.path()),
                     Contains("has no adapter_model.safetensors"));
+}
+
+TEST_CASE(
+    "lora.base_dtype bf16 holds the base's linears in bf16: autocast's outputs and gradients bit "
+    "for bit, and in fp32 those of the base rounded to bf16") {
+  auto c = small("llama", "q_proj, v_proj");
+  const auto ids = torch::randint(11, {2, 8}, torch::kLong);
+  struct Result {
+    torch::Tensor out;
+    std::map<std::string, torch::Tensor> grads;  // the adapters'
+    ltrain::models::Classifier model{nullptr};
+  };
+  // `held`: lora.base_dtype; `rounded`: the fp32 base's linear weights rounded to bf16 first.
+  auto run = [&](const std::string& held, bool autocast, bool rounded) {
+    auto cfg = c;
+    cfg.lora.base_dtype = held;
+    Result r;
+    r.model = build(cfg);
+    if (rounded) {
+      torch::NoGradGuard no_grad;
+      for (auto& p : r.model->named_parameters())
+        if (p.key().find("_proj.weight") != std::string::npos)
+          p.value().copy_(p.value().to(torch::kBFloat16).to(torch::kFloat));
+    }
+    ltrain::models::applyLora(r.model, cfg.lora);
+    drawB(r.model);
+    {
+      ltrain::compute::AutocastScope scope(
+          autocast ? ltrain::config::Precision::kBf16 : ltrain::config::Precision::kFp32,
+          torch::kCPU);
+      r.out = r.model->forward(ids);
+    }
+    r.out.to(torch::kFloat).pow(2).mean().backward();
+    for (const auto& p : r.model->named_parameters())
+      if (p.value().requires_grad()) r.grads[p.key()] = p.value().grad();
+    return r;
+  };
+  const auto held = run("bf16", false, false);
+  const auto params = held.model->named_parameters();
+  // Every linear's weight is bf16 (the frozen k and o too); the norms, the embedding, the head and
+  // the adapters stay fp32.
+  for (const auto& p : params) {
+    INFO(p.key());
+    const bool linear = p.key().find("_proj.weight") != std::string::npos;
+    CHECK(p.value().scalar_type() == (linear ? torch::kBFloat16 : torch::kFloat));
+  }
+  CHECK(held.grads.size() == 8);
+
+  auto same = [](const Result& a, const Result& b, double tolerance) {
+    INFO("outputs max abs diff " << (a.out - b.out).abs().max().item<double>());
+    CHECK(torch::allclose(a.out, b.out, 0, tolerance));
+    for (const auto& [name, g] : a.grads) {
+      INFO(name << " max abs diff " << (g - b.grads.at(name)).abs().max().item<double>());
+      CHECK(torch::allclose(g, b.grads.at(name), 0, tolerance));
+    }
+  };
+  SECTION("in fp32, the rounded base's") {
+    same(held, run("fp32", false, true), 1e-6);
+  }
+  SECTION("under autocast, the fp32 base's: autocast rounds its weights alike") {
+    same(run("bf16", true, false), run("fp32", true, false), 0);
+  }
+  SECTION("merged, the weights go back to fp32 and give the adapted logits") {
+    auto m = held.model;
+    torch::NoGradGuard no_grad;
+    const auto adapted = m->forward(ids);
+    ltrain::models::mergeLora(m);
+    for (const auto& p : m->named_parameters()) {
+      INFO(p.key());
+      CHECK(p.value().scalar_type() == torch::kFloat);
+    }
+    CHECK(torch::allclose(m->forward(ids), adapted, 1e-5, 1e-5));
+  }
 }

@@ -165,6 +165,7 @@ struct LoraConfig {
   double dropout;              // lora_dropout, on the adapter's input
   std::string target_modules;  // module names, comma-separated, or all-linear
   bool use_dora;               // DoRA: a trained magnitude per output, the direction normalised
+  std::string base_dtype;      // how the frozen linears' weights are held: fp32 or bf16
 };
 
 // finetune.method dpo, as TRL's DPOConfig names it.

@@ -401,6 +401,13 @@ std::vector<Option> buildSchema() {
              "magnitude per output, applied to the direction of W + scaling B A (its norm held "
              "constant in backward)",
              false),
+      LT_OPT(lora.base_dtype,
+             "finetune.method lora: how the frozen base's linear weights are held, fp32 or bf16 "
+             "(half their memory; each product runs in the input's dtype, and under "
+             "train.precision bf16 the results are fp32's bit for bit, as autocast rounds them "
+             "alike)",
+             S("fp32"))
+          .oneOf({"fp32", "bf16"}),
       LT_OPT(lora.target_modules,
              "finetune.method lora: the linears that get adapters, by module name as PEFT's "
              "target_modules (q_proj,v_proj matches every module named or ending in .q_proj or "

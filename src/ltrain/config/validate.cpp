@@ -357,6 +357,12 @@ void finetune(const LoadedConfig& lc) {
     if (c.dist.sequence_parallel)
       no("dist.sequence_parallel", "does not combine with dist.sequence_parallel yet");
   }
+  if (c.lora.base_dtype != "fp32" && !trainsLora(c))
+    refuse(lc, setOne(lc, "lora.base_dtype", dpo ? "dpo.lora" : "finetune.method"),
+           fmt::format("lora.base_dtype {} holds a frozen base, but {}; set {}", c.lora.base_dtype,
+                       dpo ? "dpo.lora is false: every parameter trains"
+                           : "finetune.method is " + c.finetune.method + ": every parameter trains",
+                       dpo ? "dpo.lora: true" : "finetune.method: lora"));
   if (!trainsLora(c)) return;
   const std::string rule = dpo ? "dpo.lora" : "finetune.method";
   const auto no = refusalsOf(lc, rule, dpo ? "dpo.lora" : "finetune.method lora");

@@ -108,6 +108,10 @@ class ParallelPlan {
   virtual StepReport lastStep() const = 0;
   virtual PlanSummary summary() const = 0;
   virtual PlanState& state() = 0;
+  // Collective, between steps (at each log window): where ranks hold copies of parameters that
+  // nothing but equal arithmetic keeps equal (tensor parallelism's replicated ones), a comparison
+  // of them; std::runtime_error naming the parameter and the rank that left the others.
+  virtual void checkReplicas() {}
 };
 
 // A device's share of the model: its parameters (with their names) and buffers.

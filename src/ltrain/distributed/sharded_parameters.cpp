@@ -75,8 +75,11 @@ ShardedParameters::ShardedParameters(ProcessGroup& pg, std::vector<UnitInit> uni
       Part part;
       part.layout = std::move(piece.layout);
       part.shard = std::move(piece.shard);
-      part.full = torch::zeros({part.layout.padded},
-                               part.layout.params.front().options().dtype(gathered_dtype));
+      // Parameters held in bf16 (a frozen base under lora.base_dtype) are gathered as they are.
+      const auto held = part.layout.params.front().scalar_type();
+      part.full =
+          torch::zeros({part.layout.padded}, part.layout.params.front().options().dtype(
+                                                 held == torch::kBFloat16 ? held : gathered_dtype));
       viewParameters(part);
       freeStorage(part.full);
       u.parts.push_back(std::move(part));

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <cmath>
 #include <set>
 #include <stdexcept>
 
@@ -128,6 +129,44 @@ class TensorParallelPlan final : public ParallelPlan, private PlanState {
   }
 
   PlanState& state() override { return *this; }
+
+  // Each replicated parameter's sum and sum of squares, in double, gathered over the group and
+  // held against the group's first rank: the same arithmetic on the same values keeps them equal
+  // bit for bit, so a difference is a replica that went its own way (a nondeterministic kernel, a
+  // bad device). Under ZeRO-3 the replicas are slices spread over the data-parallel ranks: not
+  // compared.
+  void checkReplicas() override {
+    if (zero_) return;
+    torch::NoGradGuard no_grad;
+    std::vector<std::string> names;
+    std::vector<torch::Tensor> sums;
+    for (const auto& p : model_->named_parameters()) {
+      if (!replicated_.count(p.value().unsafeGetTensorImpl())) continue;
+      const auto v = p.value().detach().to(torch::kDouble);
+      names.push_back(p.key());
+      sums.push_back(torch::stack({v.sum(), v.square().sum()}));
+    }
+    if (sums.empty()) return;
+    auto mine = torch::cat(sums);
+    auto all = torch::empty({tp_->size * mine.numel()}, mine.options());
+    tp_pg_->wait(tp_pg_->allgatherInto(all, mine));
+    const auto rows = all.view({tp_->size, -1}).cpu();
+    const auto* v = rows.data_ptr<double>();
+    const int64_t k = rows.size(1);
+    for (int64_t r = 1; r < tp_->size; ++r)
+      for (int64_t i = 0; i < k; ++i) {
+        const double a = v[i], b = v[r * k + i];
+        if (std::abs(a - b) <= 1e-9 * std::max(1.0, std::abs(a))) continue;
+        const auto group =
+            Mesh{world_pg_->runtime().rank, world_pg_->runtime().world_size, tp_->size}.tpGroup();
+        throw std::runtime_error(fmt::format(
+            "tensor parallel: replicated parameter '{}' differs between ranks {} and {} of a "
+            "group ({} {} vs {}): the replicas went apart (a nondeterministic kernel or a bad "
+            "device); resume from the last checkpoint",
+            names[static_cast<size_t>(i / 2)], group.front(), group[static_cast<size_t>(r)],
+            i % 2 == 0 ? "sum" : "sum of squares", a, b));
+      }
+  }
 
  private:
   // The plan's checkpoints are always sharded (unitShards), read back by ranges.

@@ -21,13 +21,14 @@ namespace ltrain::distributed {
 namespace {
 
 // Which unit each layer, and each parameter, belongs to; and each unit's frozen parameters (a LoRA
-// run's base), which no bucket holds: laid out flat as a bucket is, in the order the layers hold
-// them, to be sharded and gathered with the unit's own and never reduced.
+// run's base), which no bucket holds: laid out flat as a bucket is, a layout per dtype (a base
+// held in bf16 keeps its norms in fp32), in the order the layers hold them, to be sharded and
+// gathered with the unit's own and never reduced.
 struct Units {
   std::vector<int64_t> of_layer;
   std::map<const c10::TensorImpl*, int64_t> of_param;
-  std::vector<BucketLayout> frozen;          // per unit; no parameters where it has none
-  std::vector<torch::Tensor> frozen_slices;  // this rank's slice of each, once made
+  std::vector<std::vector<BucketLayout>> frozen;          // per unit, per dtype
+  std::vector<std::vector<torch::Tensor>> frozen_slices;  // this rank's slice of each, once made
   int64_t rank = 0, world = 1;
 
   static Units of(const PlanSetup& s) {
@@ -42,10 +43,15 @@ struct Units {
       for (const auto& p : s.layer_params[l]) {
         if (!u.of_param.emplace(p.unsafeGetTensorImpl(), u.of_layer[l]).second) continue;
         if (p.requires_grad()) continue;
-        auto& f = u.frozen[static_cast<size_t>(u.of_layer[l])];
-        f.params.push_back(p), f.offsets.push_back(f.padded), f.padded += p.numel();
+        auto& layouts = u.frozen[static_cast<size_t>(u.of_layer[l])];
+        auto f = std::find_if(layouts.begin(), layouts.end(), [&](const BucketLayout& b) {
+          return b.params.front().scalar_type() == p.scalar_type();
+        });
+        if (f == layouts.end()) f = layouts.insert(layouts.end(), BucketLayout{});
+        f->params.push_back(p), f->offsets.push_back(f->padded), f->padded += p.numel();
       }
-    for (auto& f : u.frozen) f.padded = (f.padded + u.world - 1) / u.world * u.world;
+    for (auto& layouts : u.frozen)
+      for (auto& f : layouts) f.padded = (f.padded + u.world - 1) / u.world * u.world;
     return u;
   }
   size_t count() const { return frozen.size(); }
@@ -128,11 +134,11 @@ class Zero3Plan final : public ShardedOptimizerPlan {
             s.fill_layer ? FirstSlice([&](const Shard& sh, const ElementRange&) {
               // The unit's frozen parameters are made with its trainable ones, kept for later.
               const int64_t u = units.of_param.at(sh.bucket.params.front().unsafeGetTensorImpl());
-              const auto& frozen = units.frozen[static_cast<size_t>(u)];
-              if (frozen.params.empty()) return filledSlices({&sh.bucket}, u, units, s).front();
-              auto both = filledSlices({&sh.bucket, &frozen}, u, units, s);
-              units.frozen_slices[static_cast<size_t>(u)] = both[1];
-              return both[0];
+              std::vector<const BucketLayout*> layouts{&sh.bucket};
+              for (const auto& f : units.frozen[static_cast<size_t>(u)]) layouts.push_back(&f);
+              auto slices = filledSlices(layouts, u, units, s);
+              units.frozen_slices[static_cast<size_t>(u)].assign(slices.begin() + 1, slices.end());
+              return slices.front();
             })
                          : nullptr),
         gathered_dtype_(s.compute_dtype),
@@ -157,12 +163,19 @@ class Zero3Plan final : public ShardedOptimizerPlan {
       init[u].pieces.push_back({shards_[b].bucket, shards_[b].param});
     }
     for (size_t u = 0; u < units.count(); ++u) {
-      const auto& frozen = units.frozen[u];
-      if (!frozen.params.empty()) {
-        auto slice = units.frozen_slices[u];
-        if (!slice.defined())
-          slice = s.fill_layer ? filledSlices({&frozen}, static_cast<int64_t>(u), units, s).front()
-                               : wholeSlice(frozen, rankSlice(frozen.padded, rank_, world_));
+      const auto& layouts = units.frozen[u];
+      if (!layouts.empty() && units.frozen_slices[u].empty()) {  // a unit of frozen parameters
+        std::vector<const BucketLayout*> all;
+        for (const auto& f : layouts) all.push_back(&f);
+        for (const auto* f : all)
+          if (!s.fill_layer)
+            units.frozen_slices[u].push_back(wholeSlice(*f, rankSlice(f->padded, rank_, world_)));
+        if (s.fill_layer)
+          units.frozen_slices[u] = filledSlices(all, static_cast<int64_t>(u), units, s);
+      }
+      for (size_t k = 0; k < layouts.size(); ++k) {
+        const auto& frozen = layouts[k];
+        const auto& slice = units.frozen_slices[u][k];
         init[u].pieces.push_back({frozen, slice});
         init[u].frozen = true;
         FrozenPiece piece{
@@ -213,7 +226,7 @@ class Zero3Plan final : public ShardedOptimizerPlan {
     sharded_->withWholeOnHost(rank_ == 0, [&] { write(whole); });
   }
 
-  // Unit by unit, its trainable piece and then its frozen one, as the parameters' pieces come.
+  // Unit by unit, its trainable piece and then its frozen ones, as the parameters' pieces come.
   std::vector<UnitShard> unitShards() override {
     optim::syncStepsToHost(*opt_);
     const auto names = reducer_->bucketParameterNames();
@@ -233,12 +246,11 @@ class Zero3Plan final : public ShardedOptimizerPlan {
         if (readParamState(*opt_, sh.param, st)) us.optimizer_step = st.step, us.state = st.tensors;
         out.push_back(std::move(us));
       }
-      if (frozen != frozen_.end() && frozen->unit == u) {
+      for (; frozen != frozen_.end() && frozen->unit == u; ++frozen) {
         UnitShard us;
         us.params = frozen->params, us.padded = frozen->padded, us.begin = frozen->begin;
         us.values = frozen->slice;
         out.push_back(std::move(us));
-        ++frozen;
       }
     }
     return out;

@@ -9,6 +9,7 @@
 #include <set>
 
 #include "ltrain/common/errors.h"
+#include "ltrain/common/tensor_storage.h"
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
 #include "ltrain/io/owned_dir.h"
@@ -63,6 +64,26 @@ std::string peftPrefix(const config::ModelConfig& m, const std::string& path) {
   return "base_model.model." + w.substr(0, w.size() - std::string(".weight").size());
 }
 
+// lora.base_dtype: every linear's frozen weight held in `dtype` (its bias, the norms and the
+// embeddings stay: a few percent of the model, and what the residual stream is made of). A weight
+// shared with another module (a tied head's) stays too. A deferred model's weights have no memory
+// yet: they are made in `dtype` when the plan fills them.
+void holdBaseIn(Classifier& model, torch::ScalarType dtype) {
+  std::set<const c10::TensorImpl*> shared;
+  forEachModule(model, [&](const std::string&, torch::nn::Module& m) {
+    if (dynamic_cast<LinearImpl*>(&m)) return;
+    for (const auto& p : m.parameters(/*recurse=*/false)) shared.insert(p.unsafeGetTensorImpl());
+  });
+  torch::NoGradGuard no_grad;
+  forEachModule(model, [&](const std::string&, torch::nn::Module& m) {
+    auto* l = dynamic_cast<LinearImpl*>(&m);
+    if (!l || l->weight.requires_grad() || shared.count(l->weight.unsafeGetTensorImpl())) return;
+    l->weight.set_data(hasStorage(l->weight)
+                           ? l->weight.to(dtype)
+                           : storageless(l->weight.sizes(), l->weight.options().dtype(dtype)));
+  });
+}
+
 }  // namespace
 
 LoraSummary applyLora(Classifier& model, const config::LoraConfig& cfg) {
@@ -94,6 +115,7 @@ LoraSummary applyLora(Classifier& model, const config::LoraConfig& cfg) {
     names.insert(lastElement(path));
     ++s.modules;
   }
+  if (cfg.base_dtype == "bf16") holdBaseIn(model, torch::kBFloat16);
   s.names.assign(names.begin(), names.end());
   for (const auto& p : model->parameters()) {
     s.total += p.numel();
@@ -210,6 +232,7 @@ void exportPeft(const Classifier& model, const config::ExperimentConfig& cfg,
 
 void mergeLora(Classifier& model) {
   for (auto& [path, l] : adapted(model)) l->mergeLora();
+  holdBaseIn(model, torch::kFloat);  // the plain model in one dtype, for export --hf
 }
 
 }  // namespace ltrain::models

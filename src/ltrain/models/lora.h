@@ -43,8 +43,8 @@ void loadAdapter(Classifier& model, const config::ModelConfig& m, const std::str
 void exportPeft(const Classifier& model, const config::ExperimentConfig& cfg,
                 const std::string& dir);
 
-// Each adapter merged into its linear's weight (weight + alpha / rank * B A) and removed: the
-// plain model the tuning made, for export --hf.
+// Each adapter merged into its linear's weight (weight + alpha / rank * B A) and removed, and a
+// base held in bf16 back in fp32: the plain model the tuning made, for export --hf.
 void mergeLora(Classifier& model);
 
 }  // namespace ltrain::models

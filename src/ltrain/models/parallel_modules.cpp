@@ -1,5 +1,7 @@
 #include "ltrain/models/parallel_modules.h"
 
+#include <ATen/autocast_mode.h>
+#include <torch/csrc/autograd/custom_function.h>
 #include <torch/torch.h>
 
 #include "ltrain/models/tensor_parallel.h"
@@ -20,20 +22,53 @@ void LinearImpl::reset() {
   if (bias.defined()) bias = register_parameter("bias", torch::empty(bias.sizes(), bias.options()));
 }
 
+namespace {
+
+// A frozen weight held in bf16 (lora.base_dtype) and an fp32 input outside autocast: the product
+// runs in the input's dtype, and only the weight itself is kept for backward, where the input's
+// gradient is the gradient times it. No fp32 copy of the weight, and no input, outlives the
+// forward. (Under autocast the plain product casts both sides itself, as for an fp32 weight.)
+struct FrozenLinear : torch::autograd::Function<FrozenLinear> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x,
+                               const torch::Tensor& w) {
+    ctx->saved_data["dtype"] = static_cast<int64_t>(x.scalar_type());
+    ctx->save_for_backward({w});
+    return F::linear(x, w.to(x.scalar_type()));
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grads) {
+    const auto w = ctx->get_saved_variables()[0];
+    const auto& dy = grads[0];
+    const auto dtype = static_cast<c10::ScalarType>(ctx->saved_data["dtype"].toInt());
+    return {torch::matmul(dy, w.to(dy.scalar_type())).to(dtype), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+torch::Tensor LinearImpl::base(const torch::Tensor& x, bool with_bias) const {
+  const auto& b = with_bias ? bias : torch::Tensor();
+  if (weight.scalar_type() == x.scalar_type() || weight.requires_grad() ||
+      at::autocast::is_autocast_enabled(x.device().type()))
+    return F::linear(x, weight, b);
+  const auto y = FrozenLinear::apply(x, weight);  // a frozen base held in bf16
+  return b.defined() ? y + b : y;
+}
+
 torch::Tensor LinearImpl::forward(const torch::Tensor& x) {
   TORCH_CHECK(!(tp && lora_A), "LoRA adapters on a tensor-parallel linear");  // validate refuses
   if (lora_A && !lora_magnitude.defined())
-    return F::linear(x, weight, bias) + lora_B(lora_A(lora_dropout(x))) * lora_scaling;
+    return base(x, true) + lora_B(lora_A(lora_dropout(x))) * lora_scaling;
   if (lora_A) {  // PEFT's DoraLinearLayer.forward, on top of the base output
-    const auto y = F::linear(x, weight, bias);
+    const auto y = base(x, true);
     const auto scale = doraScale();
     // With dropout in training the base's part is recomputed on the dropped input, as PEFT does.
     const bool dropped = is_training() && lora_dropout->options.p() > 0;
     const auto xd = dropped ? lora_dropout(x) : x;
-    const auto base = dropped ? F::linear(xd, weight) : bias.defined() ? y - bias : y;
-    return y + (scale - 1) * base + scale * lora_B(lora_A(xd)) * lora_scaling;
+    const auto without_bias = dropped ? base(xd, false) : bias.defined() ? y - bias : y;
+    return y + (scale - 1) * without_bias + scale * lora_B(lora_A(xd)) * lora_scaling;
   }
-  if (!tp) return F::linear(x, weight, bias);
+  if (!tp) return base(x, true);
   auto y = style == TpStyle::kRowwise ? leaveTensorParallel(F::linear(x, weight), *tp)
                                       : columnParallel(x, {weight}, *tp)[0];
   return bias.defined() ? y + bias : y;
@@ -64,6 +99,9 @@ void LinearImpl::addLora(int64_t rank, double alpha, double dropout, bool dora) 
 void LinearImpl::mergeLora() {
   if (!lora_A) return;
   torch::NoGradGuard no_grad;
+  // A base held in bf16 (lora.base_dtype) merges in the adapters' precision.
+  if (weight.scalar_type() != lora_A->weight.scalar_type())
+    weight.set_data(weight.to(lora_A->weight.scalar_type()));
   const auto scale = lora_magnitude.defined() ? doraScale() : torch::Tensor();
   weight.add_(torch::matmul(lora_B->weight, lora_A->weight).to(weight.dtype()), lora_scaling);
   if (scale.defined()) {  // PEFT's merge: each row of W + scaling B A to its magnitude

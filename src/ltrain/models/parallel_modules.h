@@ -30,7 +30,8 @@ struct Parallelizable {
 // (models/lora.h) adds a low-rank update from outside: y + lora_B(lora_A(dropout(x))) * scaling,
 // as PEFT's lora.Linear, under the names PEFT saves (q_proj.lora_A.weight). With lora.use_dora,
 // PEFT's DoRA: a magnitude m per output (q_proj.lora_magnitude_vector) scales the direction of
-// W + scaling B A, whose row norms are held constant in backward.
+// W + scaling B A, whose row norms are held constant in backward. lora.base_dtype bf16 holds the
+// frozen weight in bf16.
 struct LinearImpl : torch::nn::Cloneable<LinearImpl>, Parallelizable {
   LinearImpl(int64_t in, int64_t out, bool bias = true);
   void reset() override;  // registers parameters of the current shapes again (clone)
@@ -50,6 +51,8 @@ struct LinearImpl : torch::nn::Cloneable<LinearImpl>, Parallelizable {
  private:
   // DoRA's m / ||W + scaling B A|| per row, the norm detached (DoRA's section 4.3, as PEFT).
   torch::Tensor doraScale() const;
+  // x W^T (+ b): a frozen weight held in bf16 (lora.base_dtype) multiplies in x's dtype.
+  torch::Tensor base(const torch::Tensor& x, bool with_bias) const;
 };
 TORCH_MODULE(Linear);
 

@@ -1,6 +1,7 @@
 #include "ltrain/train/faults.h"
 
 #include <fmt/format.h>
+#include <torch/torch.h>
 
 #include <cmath>
 #include <csignal>
@@ -11,7 +12,8 @@
 namespace ltrain::train {
 
 Faults::Faults(const distributed::Runtime& rt) : my_rank_(rt.rank), armed_(rt.restart_count == 0) {
-  const char* names[kKinds] = {"KILL", "NAN", "SIGNAL", "HANG", "STOP", "NAN_INPUT", "SAVE"};
+  const char* names[kKinds] = {"KILL", "NAN",       "SIGNAL", "HANG",
+                               "STOP", "NAN_INPUT", "SAVE",   "DRIFT"};
   for (int k = 0; k < kKinds; ++k) {
     step_[k] = -1, rank_[k] = 0;
     const char* spec = std::getenv(fmt::format("LTRAIN_FAULT_{}_AT_STEP", names[k]).c_str());
@@ -35,6 +37,13 @@ void Faults::traceStep(int64_t examples) {
   for (int64_t i = 0; i < examples && trace_next_ < trace_indices_.size(); ++i)
     out << ' ' << trace_indices_[trace_next_++];
   out << '\n';
+}
+
+void Faults::drift(int64_t step, torch::nn::Module& model) const {
+  if (!at(kDrift, step)) return;
+  torch::NoGradGuard no_grad;
+  for (auto& p : model.parameters())
+    if (p.numel() > 0) p.view(-1).narrow(0, 0, 1).add_(1e-3);
 }
 
 bool Faults::at(Kind k, int64_t step) const {

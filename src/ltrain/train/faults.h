@@ -3,10 +3,13 @@
 // SIGKILL to itself after that step, SIGNAL sends itself SIGTERM after it, NAN makes that step's
 // loss nan, NAN_INPUT that step's inputs (so that batch norm's statistics see it too), HANG spins
 // in that step's forward pass and STOP sends itself SIGSTOP there; SAVE makes the checkpoint saved
-// after that step fail to write (as a full disk would) on the rank that writes it.
+// after that step fail to write (as a full disk would) on the rank that writes it; DRIFT moves
+// that rank's parameters after that step (each one's first element by 1e-3), as a replica that
+// went its own way.
 // LTRAIN_TRACE_INDICES=DIR: each rank appends the example indices of every step to
 // DIR/rank<R>.txt ("<epoch> <index>..." a line), for the tests of resuming on another world size.
 #pragma once
+#include <torch/nn/module.h>
 #include <torch/types.h>
 
 #include <cstdint>
@@ -25,6 +28,8 @@ class Faults {
   void duringStep(int64_t step, torch::Tensor& loss) const;
   // After step `step`: KILL, SIGNAL.
   void afterStep(int64_t step) const;
+  // After step `step`: DRIFT.
+  void drift(int64_t step, torch::nn::Module& model) const;
   // Whether the checkpoint saved after step `step` is to fail: SAVE.
   bool failsSave(int64_t step) const { return at(kSave, step); }
   // The epoch's indices for this rank, then each step's example count: LTRAIN_TRACE_INDICES.
@@ -36,7 +41,7 @@ class Faults {
   std::vector<int64_t> trace_indices_;
   size_t trace_next_ = 0;
   int64_t trace_epoch_ = 0;
-  enum Kind { kKill, kNan, kSignal, kHang, kStop, kNanInput, kSave, kKinds };
+  enum Kind { kKill, kNan, kSignal, kHang, kStop, kNanInput, kSave, kDrift, kKinds };
   bool at(Kind k, int64_t step) const;
   int64_t step_[kKinds], rank_[kKinds];
   int64_t my_rank_;

@@ -443,6 +443,7 @@ bool Trainer::betweenSteps(bool epoch_done, Window& w) {
   paused_s_ += paused;
   w.start += std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(paused));
   faults_.afterStep(state_.step);
+  faults_.drift(state_.step, *model_);
   stop_signal_ = vote_.afterStep(plan_->lastStep().extras);
   return stop_signal_ != 0;
 }

@@ -90,6 +90,7 @@ void Trainer::logWindow(Window& w, double lr) {
   last_window_loss_ = loss;
   TrainReport r;
   r.grad_norm = plan_->gradNorm();  // collective where gradients are sharded
+  plan_->checkReplicas();
   r.step = state_.step, r.epoch = state_.epoch, r.epochs = epochs_;
   r.total_steps = total_steps_;
   r.loss = loss, r.lr = lr;
