@@ -310,6 +310,65 @@ def encode(tokenizer, textfile):
             print(" ".join(map(str, tok.encode(line.replace("\\n", "\n")).ids)))
 
 
+def make_sp_tokenizer(out, vocab, files):
+    # SentencePiece's BPE with byte fallback, as Llama 2's and Mistral's tokenizer.model, trained
+    # here; tokenizer.json is the same vocabulary as transformers' fast Llama tokenizer lays it out
+    # (a Metaspace pre-tokenizer, byte fallback, the merges read off the pieces as transformers'
+    # SentencePieceExtractor does), and legacy.json its older form (Prepend and Replace
+    # normalizers, as Llama 2's hub file) with <s> first.
+    import sentencepiece as spm
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    os.makedirs(out, exist_ok=True)
+    spm.SentencePieceTrainer.train(input=",".join(files), model_prefix=os.path.join(out, "tokenizer"),
+                                   vocab_size=int(vocab), model_type="bpe", byte_fallback=True,
+                                   character_coverage=0.995, minloglevel=2)
+    sp = spm.SentencePieceProcessor(model_file=os.path.join(out, "tokenizer.model"))
+    pieces = {sp.id_to_piece(i): i for i in range(sp.get_piece_size())}
+    merges = []
+    for piece, pid in sorted(pieces.items(), key=lambda kv: kv[1]):
+        splits = [(pieces[piece[:k]], pieces[piece[k:]], piece[:k], piece[k:])
+                  for k in range(1, len(piece)) if piece[:k] in pieces and piece[k:] in pieces]
+        merges += [(a, b) for _, _, a, b in sorted(splits)]
+    specials = ["<unk>", "<s>", "</s>"]
+
+    def build(legacy):
+        tok = Tokenizer(models.BPE(vocab=pieces, merges=merges, byte_fallback=True, fuse_unk=True,
+                                   unk_token="<unk>"))
+        tok.add_special_tokens([AddedToken(t, special=True, normalized=False) for t in specials])
+        if legacy:
+            tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"),
+                                                   normalizers.Replace(" ", "\u2581")])
+            tok.post_processor = processors.TemplateProcessing(single="<s> $A",
+                                                               special_tokens=[("<s>", pieces["<s>"])])
+        else:
+            tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="first",
+                                                         split=False)
+        tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                         decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+        return tok
+    build(False).save(os.path.join(out, "tokenizer.json"))
+    build(True).save(os.path.join(out, "legacy.json"))
+
+
+def encode_decode(tokenizer, textfile):
+    # One JSON line per line of text: its ids, and those ids decoded, by tokenizers (a .json) or
+    # by SentencePiece (a .model, BOS first as transformers' LlamaTokenizer puts it).
+    if tokenizer.endswith(".model"):
+        import sentencepiece as spm
+        sp = spm.SentencePieceProcessor(model_file=tokenizer)
+        enc = lambda t: [sp.bos_id()] + sp.encode(t)
+        dec = lambda ids: sp.decode(ids)
+    else:
+        from tokenizers import Tokenizer
+        tok = Tokenizer.from_file(tokenizer)
+        enc = lambda t: tok.encode(t).ids
+        dec = lambda ids: tok.decode(ids, skip_special_tokens=False)
+    with open(textfile, encoding="utf-8") as f:
+        for line in f.read().split("\n"):
+            ids = enc(line.replace("\\n", "\n"))
+            print(json.dumps({"ids": ids, "text": dec(ids)}))
+
+
 def eager_vs_transformers():
     # bench/reference's pure-PyTorch Llama (the Python side of the ddp parity test and the speed
     # bench) must be transformers' model, not a look-alike: same weights, same logits.
@@ -365,6 +424,10 @@ def main():
         make_tokenizer(args[0], args[1], args[2], args[3:])
     elif cmd == "encode":
         encode(*args)
+    elif cmd == "make-sp-tokenizer":
+        make_sp_tokenizer(args[0], args[1], args[2:])
+    elif cmd == "encode-decode":
+        encode_decode(*args)
     elif cmd == "eager-vs-transformers":
         eager_vs_transformers()
     else:

@@ -9,6 +9,7 @@
 #include "ltrain/common/errors.h"
 #include "ltrain/data/codec.h"
 #include "ltrain/data/text.h"
+#include "ltrain/io/json.h"
 #include "support/process.h"
 #include "test_paths.h"
 
@@ -74,6 +75,54 @@ TEST_CASE("byte-level BPE encodes as Hugging Face tokenizers does, GPT-2 and Lla
   }
 }
 
+TEST_CASE(
+    "SentencePiece's BPE encodes and decodes as tokenizers and sentencepiece do: tokenizer.json "
+    "in both forms, and tokenizer.model",
+    "[parity][hf]") {
+  TempDir dir;
+  // Spaces where SentencePiece's prefix and "\u2581" matter, characters the vocabulary lacks
+  // (byte fallback: the euro sign, the emoji, CJK), special tokens inside the text.
+  const std::vector<std::string> lines{"A fortune a day keeps the doctor away.",
+                                       "Don't panic!  It's 42 -- or 1234567, isn't it?",
+                                       "  leading spaces, double  spaces and trailing   ",
+                                       "Ünïcödé \xe2\x82\xac 100 \xf0\x9f\x98\x80 emoji 漢字",
+                                       "line one\nline two\n\n  indented",
+                                       "</s>after a special token, and <s> inside",
+                                       ""};
+  std::string text;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::string escaped = lines[i];
+    for (size_t p = 0; (p = escaped.find('\n', p)) != std::string::npos;)
+      escaped.replace(p, 1, "\\n");
+    text += escaped + (i + 1 < lines.size() ? "\n" : "");
+  }
+  writeText(dir / "lines.txt", text);
+  auto made = runProcess({LTRAIN_PYTHON, kTools, "make-sp-tokenizer", dir / "sp", "400", kCorpus});
+  INFO(made.err);
+  REQUIRE(made.exit_code == 0);
+  // transformers' tokenizer.json (Metaspace), Llama 2's older form (Prepend and Replace
+  // normalizers, <s> first), and the SentencePiece model itself.
+  for (const std::string file : {"tokenizer.json", "legacy.json", "tokenizer.model"}) {
+    INFO(file);
+    const std::string tok = dir / ("sp/" + file);
+    auto theirs = runProcess({LTRAIN_PYTHON, kTools, "encode-decode", tok, dir / "lines.txt"});
+    INFO(theirs.err);
+    REQUIRE(theirs.exit_code == 0);
+    auto codec = ltrain::data::loadCodec(tok);
+    CHECK(codec->vocabSize() == 400);
+    std::istringstream expected(theirs.out);
+    std::string line;
+    for (const auto& l : lines) {
+      INFO(l);
+      REQUIRE(std::getline(expected, line));
+      const auto j = ltrain::io::Json::parse(line);
+      const auto ids = codec->encode(l);
+      CHECK(ids == j["ids"].get<std::vector<int64_t>>());
+      CHECK(codec->decode(ids) == j["text"].get<std::string>());
+    }
+  }
+}
+
 TEST_CASE("text runs' vocabularies encode prompts and refuse characters they do not have") {
   TempDir dir;
   ltrain::data::Vocabulary v;
@@ -99,11 +148,13 @@ TEST_CASE("tokenizer files ltrain does not implement are refused by name") {
   writeText(dir / "wp.json", R"({"model": {"type": "WordPiece", "vocab": {}}})");
   CHECK_THROWS_WITH(ltrain::data::loadCodec(dir / "wp.json"),
                     Contains("wp.json': model type 'WordPiece' (ltrain reads byte-level BPE"));
-  writeText(dir / "sp.json",
+  writeText(dir / "nfkc.json",
             R"({"model": {"type": "BPE", "vocab": {}, "merges": [], "byte_fallback": true},
-                "pre_tokenizer": {"type": "Metaspace"}})");
-  CHECK_THROWS_WITH(ltrain::data::loadCodec(dir / "sp.json"),
-                    Contains("byte_fallback BPE (SentencePiece's)"));
+                "normalizer": {"type": "NFKC"}, "pre_tokenizer": {"type": "Metaspace"}})");
+  CHECK_THROWS_WITH(ltrain::data::loadCodec(dir / "nfkc.json"), Contains("normalizer 'NFKC'"));
+  writeText(dir / "bad.model", "not a protobuf");
+  CHECK_THROWS_WITH(ltrain::data::loadCodec(dir / "bad.model"),
+                    Contains("bad.model' is not a SentencePiece model"));
   writeText(dir / "other.json", R"({"hello": 1})");
   CHECK_THROWS_WITH(ltrain::data::loadCodec(dir / "other.json"),
                     Contains("is neither a vocabulary.json of ltrain's nor a tokenizer.json"));

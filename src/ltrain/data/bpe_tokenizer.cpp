@@ -1,7 +1,12 @@
-// Byte-level BPE as Hugging Face tokenizers runs it from a tokenizer.json: added tokens split out
-// first, then the pre-tokenizer's regex (GPT-2's, or a Split pattern as Llama 3's) cuts words,
-// each word's UTF-8 bytes become the printable characters of GPT-2's byte map, and merges apply
-// by rank; a template post-processor may add special tokens (Llama 3's <|begin_of_text|>).
+// BPE as Hugging Face tokenizers runs it from a tokenizer.json, in its two kinds:
+//   - byte-level (GPT-2's, Llama 3's): added tokens split out first, then the pre-tokenizer's
+//     regex (GPT-2's, or a Split pattern as Llama 3's) cuts words, each word's UTF-8 bytes become
+//     the printable characters of GPT-2's byte map, and merges apply by rank;
+//   - SentencePiece's (Llama 2's, Mistral's, Gemma's): spaces become U+2581 (a Metaspace
+//     pre-tokenizer, or the older Prepend and Replace normalizers), merges apply to characters,
+//     and a character the vocabulary lacks becomes its UTF-8 bytes as <0xXX> tokens
+//     (byte_fallback); decoding turns them back and strips the prepended space.
+// A template post-processor may add special tokens (Llama 3's <|begin_of_text|>, Llama 2's <s>).
 // Written here because no C++ library for tokenizer.json is packaged for Debian; the regex engine
 // is PCRE2's, with Unicode properties, as the patterns need.
 #define PCRE2_CODE_UNIT_WIDTH 8
@@ -123,12 +128,12 @@ class Bpe final : public TextCodec {
     const auto& model = j["model"];
     if (model.value("type", "") != "BPE")
       throw refuse(fmt::format("model type '{}'", model.value("type", "?")));
-    if (model.value("byte_fallback", false)) throw refuse("byte_fallback BPE (SentencePiece's)");
+    byte_fallback_ = model.value("byte_fallback", false);
+    fuse_unk_ = model.value("fuse_unk", false);
     if (!model.value("continuing_subword_prefix", io::Json()).is_null() &&
         !model["continuing_subword_prefix"].get<std::string>().empty())
       throw refuse("a continuing_subword_prefix");
-    if (j.contains("normalizer") && !j["normalizer"].is_null())
-      throw refuse(fmt::format("normalizer '{}'", j["normalizer"].value("type", "?")));
+    readNormalizer(j.value("normalizer", io::Json()), refuse);
     ignore_merges_ = model.value("ignore_merges", false);
     if (!model.contains("vocab") || !model["vocab"].is_object()) throw refuse("no model.vocab");
     for (const auto& [token, id] : model["vocab"].items()) {
@@ -162,8 +167,12 @@ class Bpe final : public TextCodec {
     std::sort(added_.begin(), added_.end(),
               [](const auto& x, const auto& y) { return x.first.size() > y.first.size(); });
     readPreTokenizer(j.value("pre_tokenizer", io::Json()), refuse);
+    if (metaspace_) readDecoder(j.value("decoder", io::Json()));
+    if (byte_fallback_ && !metaspace_) throw refuse("byte_fallback without a Metaspace");
     readPostProcessor(j.value("post_processor", io::Json()), refuse);
     for (const auto& [token, id] : vocab_) by_id_[id] = token;
+    if (const auto& unk = model.value("unk_token", io::Json()); unk.is_string())
+      if (auto it = vocab_.find(unk.get<std::string>()); it != vocab_.end()) unk_id_ = it->second;
   }
 
   int64_t vocabSize() const override { return size_; }
@@ -181,6 +190,7 @@ class Bpe final : public TextCodec {
   }
 
   std::string decode(const std::vector<int64_t>& ids) const override {
+    if (metaspace_) return decodeMetaspace(ids);
     std::string out;
     const auto& bm = byteMap();
     for (auto id : ids) {
@@ -212,8 +222,47 @@ class Bpe final : public TextCodec {
     return id.get<int64_t>();
   }
 
+  // SentencePiece's older form: Prepend(U+2581) then Replace(" ", U+2581), each text piece between
+  // added tokens; any other normalizer is refused.
+  template <class Refuse>
+  void readNormalizer(const io::Json& n, const Refuse& refuse) {
+    if (n.is_null()) return;
+    std::vector<io::Json> steps;
+    if (n.value("type", "") == "Sequence")
+      for (const auto& s : n.value("normalizers", io::Json::array())) steps.push_back(s);
+    else
+      steps.push_back(n);
+    for (const auto& s : steps) {
+      const std::string type = s.value("type", "");
+      if (type == "Prepend" && s.value("prepend", "") == kMeta) {
+        prepend_ = Prepend::kEachPiece;
+      } else if (type == "Replace" &&
+                 s.value("pattern", io::Json::object()).value("String", "") == " " &&
+                 s.value("content", "") == kMeta) {
+        metaspace_ = true;
+      } else {
+        throw refuse(fmt::format("normalizer '{}'", type));
+      }
+    }
+    if (prepend_ == Prepend::kEachPiece && !metaspace_)
+      throw refuse("a Prepend normalizer without Replace(' ', U+2581)");
+  }
+
+  // The decoder's Strip: how many leading spaces go (SentencePiece's prepended one).
+  void readDecoder(const io::Json& d) {
+    std::vector<io::Json> steps;
+    if (d.value("type", "") == "Sequence")
+      for (const auto& s : d.value("decoders", io::Json::array())) steps.push_back(s);
+    else if (!d.is_null())
+      steps.push_back(d);
+    for (const auto& s : steps)
+      if (s.value("type", "") == "Strip" && s.value("content", "") == " ")
+        strip_start_ = s.value("start", 0);
+  }
+
   template <class Refuse>
   void readPreTokenizer(const io::Json& pt, const Refuse& refuse) {
+    if (pt.is_null() && metaspace_) return;  // the normalizers did it
     if (pt.is_null()) throw refuse("no pre_tokenizer");
     std::vector<io::Json> steps;
     if (pt.value("type", "") == "Sequence")
@@ -239,11 +288,19 @@ class Bpe final : public TextCodec {
           re = "\\Q" + pat["String"].get<std::string>() + "\\E";
         }
         patterns_.push_back(std::make_unique<Regex>(re, path_));
+      } else if (type == "Metaspace" && s.value("replacement", "") == kMeta) {
+        metaspace_ = true;
+        const std::string scheme = s.value("prepend_scheme", "always");
+        prepend_ = scheme == "first"   ? Prepend::kFirst
+                   : scheme == "never" ? Prepend::kNever
+                                       : Prepend::kAlways;
+        split_metaspace_ = s.value("split", true);
       } else {
         throw refuse(fmt::format("pre-tokenizer '{}'", type));
       }
     }
-    if (!byte_level) throw refuse("no ByteLevel pre-tokenizer");
+    if (byte_level && metaspace_) throw refuse("both ByteLevel and Metaspace pre-tokenizers");
+    if (!byte_level && !metaspace_) throw refuse("no ByteLevel or Metaspace pre-tokenizer");
   }
 
   template <class Refuse>
@@ -298,6 +355,7 @@ class Bpe final : public TextCodec {
 
   void encodeWords(std::string text, std::vector<int64_t>& ids, bool at_start) const {
     if (text.empty()) return;
+    if (metaspace_) return encodeMetaspace(text, ids, at_start);
     if (add_prefix_space_ && at_start && text[0] != ' ') text.insert(0, " ");
     std::vector<std::string> words{text};
     for (const auto& re : patterns_) {
@@ -318,7 +376,19 @@ class Bpe final : public TextCodec {
     }
     if (ignore_merges_)
       if (auto it = vocab_.find(mapped); it != vocab_.end()) return ids.push_back(it->second);
-    // Merge the adjacent pair of lowest rank until none is in the table (GPT-2's loop).
+    mergeParts(parts);
+    for (const auto& p : parts) {
+      auto it = vocab_.find(p);
+      if (it == vocab_.end())
+        throw UsageError(fmt::format(
+            "tokenizer file '{}' has no token for '{}' (the vocabulary lacks a byte)", path_, p));
+      ids.push_back(it->second);
+    }
+  }
+
+  // Merges the adjacent pair of lowest rank until none is in the table (GPT-2's loop; tokenizers'
+  // merges the same pairs in the same order).
+  void mergeParts(std::vector<std::string>& parts) const {
     while (parts.size() > 1) {
       int best = INT_MAX;
       size_t at = 0;
@@ -339,14 +409,110 @@ class Bpe final : public TextCodec {
       }
       parts = std::move(merged);
     }
+  }
+
+  // SentencePiece's kind: spaces as U+2581, the prefix as the Metaspace pre-tokenizer (or the
+  // Prepend normalizer) adds it, words split before each U+2581 where it splits, and BPE over each
+  // word's characters.
+  void encodeMetaspace(const std::string& piece, std::vector<int64_t>& ids, bool at_start) const {
+    std::string text;
+    for (char c : piece) c == ' ' ? text += kMeta : text += c;
+    const bool starts = text.rfind(kMeta, 0) == 0;
+    if (prepend_ == Prepend::kEachPiece || (prepend_ == Prepend::kAlways && !starts) ||
+        (prepend_ == Prepend::kFirst && at_start && !starts))
+      text.insert(0, kMeta);
+    if (!split_metaspace_) return encodeCharacters(text, ids);
+    // Each U+2581 starts a word (MergedWithNext).
+    size_t from = 0;
+    for (size_t at = text.find(kMeta, 1); at != std::string::npos; at = text.find(kMeta, at + 1)) {
+      encodeCharacters(text.substr(from, at - from), ids);
+      from = at;
+    }
+    encodeCharacters(text.substr(from), ids);
+  }
+
+  // BPE over a word's characters; a character the vocabulary lacks becomes its bytes' <0xXX>
+  // tokens (byte_fallback), else the unknown token (consecutive ones fused where fuse_unk).
+  void encodeCharacters(const std::string& word, std::vector<int64_t>& ids) const {
+    if (word.empty()) return;
+    std::vector<std::string> parts;
+    for (size_t i = 0; i < word.size();) {
+      const size_t start = i;
+      if (decodeUtf8(word, i) < 0) ++i;  // an invalid byte stands alone
+      std::string ch = word.substr(start, i - start);
+      if (vocab_.count(ch)) {
+        parts.push_back(std::move(ch));
+        continue;
+      }
+      bool bytes = byte_fallback_;
+      for (unsigned char b : ch) bytes = bytes && vocab_.count(byteToken(b));
+      if (bytes) {
+        for (unsigned char b : ch) parts.push_back(byteToken(b));
+      } else {
+        parts.push_back(std::string(1, '\0') + ch);  // unknown: no merge or token matches it
+      }
+    }
+    mergeParts(parts);
+    bool last_unknown = false;
     for (const auto& p : parts) {
       auto it = vocab_.find(p);
-      if (it == vocab_.end())
-        throw UsageError(fmt::format(
-            "tokenizer file '{}' has no token for '{}' (the vocabulary lacks a byte)", path_, p));
-      ids.push_back(it->second);
+      if (it != vocab_.end()) {
+        ids.push_back(it->second), last_unknown = false;
+        continue;
+      }
+      if (unk_id_ < 0)
+        throw UsageError(fmt::format("tokenizer file '{}' has no token for '{}' and no unk_token",
+                                     path_, p[0] == '\0' ? p.substr(1) : p));
+      if (!(fuse_unk_ && last_unknown)) ids.push_back(unk_id_);
+      last_unknown = true;
     }
   }
+
+  static std::string byteToken(unsigned char b) { return fmt::format("<0x{:02X}>", b); }
+
+  std::string decodeMetaspace(const std::vector<int64_t>& ids) const {
+    std::string out, bytes;
+    auto flush = [&] {  // ByteFallback: a run of <0xXX> tokens is UTF-8, else U+FFFD per byte
+      for (size_t i = 0; i < bytes.size();) {
+        const size_t start = i;
+        if (decodeUtf8(bytes, i) >= 0) {
+          out += bytes.substr(start, i - start);
+        } else {
+          out += "\xef\xbf\xbd";
+          ++i;
+        }
+      }
+      bytes.clear();
+    };
+    for (auto id : ids) {
+      if (auto a = added_by_id_.find(id); a != added_by_id_.end()) {
+        flush();
+        out += a->second;
+        continue;
+      }
+      auto t = by_id_.find(id);
+      if (t == by_id_.end()) continue;
+      const std::string& tok = t->second;
+      if (tok.size() == 6 && tok.rfind("<0x", 0) == 0 && tok[5] == '>') {
+        bytes += static_cast<char>(std::stoi(tok.substr(3, 2), nullptr, 16));
+        continue;
+      }
+      flush();
+      for (size_t at = 0; at < tok.size();) {
+        if (tok.compare(at, kMeta.size(), kMeta) == 0) {
+          out += ' ', at += kMeta.size();
+        } else {
+          out += tok[at++];
+        }
+      }
+    }
+    flush();
+    for (int64_t k = 0; k < strip_start_ && !out.empty() && out[0] == ' '; ++k) out.erase(0, 1);
+    return out;
+  }
+
+  static inline const std::string kMeta = "\xe2\x96\x81";  // U+2581, SentencePiece's space
+  enum class Prepend { kNever, kFirst, kAlways, kEachPiece };
 
   std::string path_;
   std::unordered_map<std::string, int64_t> vocab_;
@@ -356,6 +522,9 @@ class Bpe final : public TextCodec {
   std::vector<std::unique_ptr<Regex>> patterns_;
   std::vector<std::pair<std::string, std::vector<int64_t>>> template_;  // "" = the text
   bool add_prefix_space_ = false, ignore_merges_ = false;
+  bool metaspace_ = false, split_metaspace_ = true, byte_fallback_ = false, fuse_unk_ = false;
+  Prepend prepend_ = Prepend::kNever;
+  int64_t strip_start_ = 0, unk_id_ = -1;
   int64_t size_ = 0;
 };
 

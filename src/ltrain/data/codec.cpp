@@ -76,6 +76,8 @@ std::string vocabularyJson(const Vocabulary& v) {
 }
 
 std::unique_ptr<TextCodec> loadCodec(const std::string& path) {
+  if (path.size() > 6 && path.compare(path.size() - 6, 6, ".model") == 0)
+    return loadSentencePiece(path);
   const io::Json j = io::readJsonFile(path);
   if (j.is_object() && j.contains("model")) return loadBpe(path);
   if (!j.is_object() || !j.contains("tokenizer"))
