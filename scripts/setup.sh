@@ -23,6 +23,7 @@ APT_TRAIN=(
 APT_TEST=(
   clang libclang-rt-14-dev iproute2  # fuzzing (libFuzzer), multi-node tests (ip netns)
   clang-format  # scripts/check_format.sh (a test): every C++ file as .clang-format writes it
+  chromium  # tests/integration/report_test.cpp opens report.html in a real (headless) browser
   slurmctld slurmd slurm-client munge  # the test that runs a real single-node Slurm
 )
 train_only=0

@@ -21,6 +21,7 @@ struct Phases {
   std::string current;     // the innermost phase running now
   std::string failed;      // the phase an exception left last
   double peak_before = 0;  // VmHWM before the last reset
+  std::vector<PhaseRecord> ended;
 };
 
 Phases& phases() {
@@ -52,7 +53,9 @@ void resetPeak() {
   }
 }
 
+// Under phases().mu.
 void appendLog(const std::string& phase, double start, double peak, double end) {
+  phases().ended.push_back({phase, start, peak, end});
   const char* path = std::getenv("LTRAIN_MEMORY_LOG");
   if (!path || !*path) return;
   const char* rank = std::getenv("RANK");
@@ -112,6 +115,12 @@ MemoryPhase::~MemoryPhase() {
   if (std::uncaught_exceptions() > exceptions_ && p.failed.empty()) p.failed = name_;
   p.current = outer_;
   appendLog(name_, start_rss_mb_, peak, end);
+}
+
+std::vector<PhaseRecord> memoryPhases() {
+  auto& p = phases();
+  std::lock_guard<std::mutex> lock(p.mu);
+  return p.ended;
 }
 
 double currentRssMb() {

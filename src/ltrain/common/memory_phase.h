@@ -3,10 +3,12 @@
 // sharding with, and what an out-of-memory error names.
 // A phase resets the kernel's peak (VmHWM, through /proc/self/clear_refs) when it starts, so its
 // peak is its own; processPeakRssMb() keeps the peak since the process started across resets.
-// With LTRAIN_MEMORY_LOG=FILE, each phase's end appends one JSON line to FILE:
+// Each phase's end is kept in memoryPhases(); with LTRAIN_MEMORY_LOG=FILE it also appends one JSON
+// line to FILE:
 //   {"rank": R, "phase": "build", "start_rss_mb": ..., "peak_rss_mb": ..., "end_rss_mb": ...}
 #pragma once
 #include <string>
+#include <vector>
 
 namespace ltrain {
 
@@ -22,6 +24,14 @@ class MemoryPhase {
   double start_rss_mb_ = 0;
   int exceptions_ = 0;
 };
+
+// A phase as it ended: its resident memory at the start, its peak and at the end (MiB).
+struct PhaseRecord {
+  std::string phase;
+  double start_rss_mb = 0, peak_rss_mb = 0, end_rss_mb = 0;
+};
+// This process's phases so far, in the order they ended (summary.json's memory_phases).
+std::vector<PhaseRecord> memoryPhases();
 
 // Resident memory now, and the peak since the process started (MiB).
 double currentRssMb();

@@ -20,9 +20,9 @@ constexpr const char* kMarker = ".ltrain";
 const std::vector<std::string>& patternsFor(DirKind kind) {
   // A trailing '/': a directory ltrain makes, removed once what it wrote there is gone.
   static const std::vector<std::string> run{
-      "config.yaml", "overrides.txt", "metrics.jsonl", "summary.json", "model.safetensors",
-      "output.log", "vocabulary.json", "tokenizer.json", "*.tmp.*", "checkpoints/",
-      "checkpoints/step-*.pt", "checkpoints/*.tmp.*",
+      "config.yaml", "overrides.txt", "metrics.jsonl", "summary.json", "report.html",
+      "model.safetensors", "output.log", "vocabulary.json", "tokenizer.json", "*.tmp.*",
+      "checkpoints/", "checkpoints/step-*.pt", "checkpoints/*.tmp.*",
       // dist.zero 3's sharded checkpoints, whole or partial
       "checkpoints/step-*.shards/", "checkpoints/step-*.shards.partial/",
       "checkpoints/step-*.shards.old/", "checkpoints/step-*.shards*/rank-*-of-*.safetensors",
@@ -30,8 +30,9 @@ const std::vector<std::string>& patternsFor(DirKind kind) {
       "checkpoints/step-*.shards*/rank-*-of-*.safetensors.tmp.*",
       "checkpoints/step-*.shards*/index.json.tmp.*", "tensorboard/",
       "tensorboard/events.out.tfevents.*", "logs/", "logs/rank_*.log", "logs/error-*.json"};
-  static const std::vector<std::string> sweep{"sweep.yaml", "sweep_summary.csv", "sweep_summary.md",
-                                              "*.tmp.*", "[0-9][0-9][0-9]-*/"};
+  static const std::vector<std::string> sweep{"sweep.yaml",       "sweep_summary.csv",
+                                              "sweep_summary.md", "sweep_report.html",
+                                              "*.tmp.*",          "[0-9][0-9][0-9]-*/"};
   static const std::vector<std::string> hf_export{
       "config.json",    "generation_config.json", "model.safetensors",
       "tokenizer.json", "tokenizer_config.json",  "vocabulary.json",

@@ -27,6 +27,7 @@
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
 #include "ltrain/io/owned_dir.h"
+#include "ltrain/train/run_report.h"
 
 namespace fs = std::filesystem;
 
@@ -386,6 +387,18 @@ class Runner {
                         outcomes_[i].status, outcomes_[i].didNotLearn() ? " (did not learn)" : "");
     }
     io::writeFileAtomic(spec_.dir + "/sweep_summary.md", md);
+    std::vector<train::SweepReportRow> rows;
+    for (size_t i : order) {
+      train::SweepReportRow r;
+      r.number = trials_[i].number;
+      r.values = {trials_[i].values.begin(), trials_[i].values.end()};
+      r.status = outcomes_[i].status + (outcomes_[i].didNotLearn() ? " (did not learn)" : "");
+      r.has_metric = value(i);
+      if (r.has_metric) r.metric = outcomes_[i].metrics.at(spec_.metric);
+      r.run_dir = trials_[i].shortName();
+      rows.push_back(std::move(r));
+    }
+    train::writeSweepReport(spec_.dir, spec_.metric, rows);
     fmt::print("\n{}\n", md);
     const auto stuck = std::count_if(outcomes_.begin(), outcomes_.end(),
                                      [](const Outcome& o) { return o.didNotLearn(); });

@@ -8,9 +8,11 @@
 #include <utility>
 #include <vector>
 
+#include "ltrain/common/memory_phase.h"
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
 #include "ltrain/train/progress.h"
+#include "ltrain/train/run_report.h"
 
 namespace ltrain::train {
 
@@ -135,7 +137,18 @@ void Reporter::summary(const SummaryReport& s) {
     j["skipped_image_files"] = *s.skipped_image_files;
   }
   if (!s.error.empty()) j["error"] = s.error;
+  j["memory_phases"] = io::Json::array();  // rank 0's
+  for (const auto& p : memoryPhases())
+    j["memory_phases"].push_back({{"phase", p.phase},
+                                  {"start_rss_mb", p.start_rss_mb},
+                                  {"peak_rss_mb", p.peak_rss_mb},
+                                  {"end_rss_mb", p.end_rss_mb}});
   io::writeFileAtomic(run_dir_ + "/summary.json", io::dumpJsonLine(j) + "\n");
+  try {  // a page to look at; the run's files are what counts
+    writeRunReport(run_dir_);
+  } catch (const std::exception& e) {
+    spdlog::warn("report.html not written: {}", e.what());
+  }
 }
 
 }  // namespace ltrain::train
