@@ -9,7 +9,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 packages=(libcli11-dev libyaml-cpp-dev libyaml-cpp0.7 libspdlog-dev libspdlog1.10 libfmt-dev libfmt9
   catch2 libgloo-dev zlib1g-dev zlib1g nlohmann-json3-dev libpcre2-dev libpcre2-8-0
-  libturbojpeg0-dev libturbojpeg0 libpng-dev libpng16-16 libsentencepiece-dev libsentencepiece0
+  libturbojpeg0-dev libturbojpeg0 libpng-dev libpng16-16
   dataset-fashion-mnist)  # the quickstart's and the benchmarks' data (30 MB)
 mkdir -p "$root/.debs"
 cd "$root/.debs"

@@ -15,7 +15,6 @@ APT_TRAIN=(
   build-essential cmake ninja-build ccache pkg-config zlib1g-dev
   libcli11-dev libyaml-cpp-dev libspdlog-dev libfmt-dev catch2 libgloo-dev nlohmann-json3-dev
   libpcre2-dev  # the Unicode regex of byte-level BPE tokenizers (ltrain generate's prompts)
-  libsentencepiece-dev  # SentencePiece tokenizer.model files (Llama 2's, Mistral's)
   libturbojpeg0-dev libpng-dev  # JPEG and PNG image files (data/image_decode.cpp)
   dataset-fashion-mnist fortunes  # quickstart data; the text corpus of configs/gpt_char.yaml
 )

@@ -351,18 +351,11 @@ def make_sp_tokenizer(out, vocab, files):
 
 
 def encode_decode(tokenizer, textfile):
-    # One JSON line per line of text: its ids, and those ids decoded, by tokenizers (a .json) or
-    # by SentencePiece (a .model, BOS first as transformers' LlamaTokenizer puts it).
-    if tokenizer.endswith(".model"):
-        import sentencepiece as spm
-        sp = spm.SentencePieceProcessor(model_file=tokenizer)
-        enc = lambda t: [sp.bos_id()] + sp.encode(t)
-        dec = lambda ids: sp.decode(ids)
-    else:
-        from tokenizers import Tokenizer
-        tok = Tokenizer.from_file(tokenizer)
-        enc = lambda t: tok.encode(t).ids
-        dec = lambda ids: tok.decode(ids, skip_special_tokens=False)
+    # One JSON line per line of text: its ids, and those ids decoded, by tokenizers.
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(tokenizer)
+    enc = lambda t: tok.encode(t).ids
+    dec = lambda ids: tok.decode(ids, skip_special_tokens=False)
     with open(textfile, encoding="utf-8") as f:
         for line in f.read().split("\n"):
             ids = enc(line.replace("\\n", "\n"))

@@ -53,9 +53,13 @@ void resetPeak() {
   }
 }
 
-// Under phases().mu.
+// Under phases().mu, from a destructor: it must not throw, even when memory ran out (the phase an
+// allocation failed in is what the error names; its record may be lost).
 void appendLog(const std::string& phase, double start, double peak, double end) {
-  phases().ended.push_back({phase, start, peak, end});
+  try {
+    phases().ended.push_back({phase, start, peak, end});
+  } catch (...) {
+  }
   const char* path = std::getenv("LTRAIN_MEMORY_LOG");
   if (!path || !*path) return;
   const char* rank = std::getenv("RANK");

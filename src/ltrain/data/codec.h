@@ -1,7 +1,7 @@
 // Prompts to token ids and generated ids back to text (ltrain generate): the char or byte
 // vocabulary a text run saves in its run directory (vocabulary.json), a BPE tokenizer.json of
 // Hugging Face tokenizers (byte-level as GPT-2's and Llama 3's, or SentencePiece's as Llama 2's
-// and Mistral's), or a SentencePiece tokenizer.model.
+// and Mistral's).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -21,13 +21,11 @@ class TextCodec {
   virtual int64_t vocabSize() const = 0;
 };
 
-// vocabulary.json (a text run's), tokenizer.json (BPE) or a SentencePiece .model; UsageError
-// naming the file when it is none of them or uses what ltrain does not implement.
+// vocabulary.json (a text run's) or tokenizer.json (BPE); UsageError naming the file when it is
+// neither (a SentencePiece .model included) or uses what ltrain does not implement.
 std::unique_ptr<TextCodec> loadCodec(const std::string& path);
 // The BPE of a tokenizer.json.
 std::unique_ptr<TextCodec> loadBpe(const std::string& path);
-// A SentencePiece model (tokenizer.model), BOS first where the model has one.
-std::unique_ptr<TextCodec> loadSentencePiece(const std::string& path);
 // The JSON a text run writes as vocabulary.json: {"tokenizer": "char", "chars": [...]} or
 // {"tokenizer": "byte"}.
 std::string vocabularyJson(const Vocabulary& v);
