@@ -28,6 +28,34 @@ ltrain::models::Classifier gpt(int64_t layers) {
   torch::manual_seed(3);
   return ltrain::models::build(cfg.model, {8}, 13);
 }
+
+// A 3-block GPT on `dir`/t.txt for 20 SGD steps, in `placement` with `schedule`, on `procs`
+// processes; `extra` overrides go last (and win).
+std::vector<std::string> gptRun(const TempDir& dir, const std::string& out, int procs,
+                                const std::string& placement, const std::string& schedule,
+                                const std::vector<std::string>& extra) {
+  std::vector<std::string> a{"train",
+                             dir / "c.yaml",
+                             "data.dataset=text",
+                             "data.path=" + (dir / "t.txt"),
+                             "data.batch_size=6",
+                             "model.name=gpt",
+                             "model.n_layer=3",
+                             "model.n_head=2",
+                             "model.n_embd=32",
+                             "model.block_size=16",
+                             "optimizer.name=sgd",
+                             "optimizer.lr=0.3",
+                             "train.max_steps=20",
+                             "train.threads=1",
+                             "model.placement=" + placement,
+                             "model.micro_batches=4",
+                             "model.pipeline_schedule=" + schedule};
+  a.insert(a.end(), extra.begin(), extra.end());
+  a.insert(a.end(), {"--output-dir", out});
+  if (procs > 1) a.insert(a.begin() + 1, {"--nproc-per-node", std::to_string(procs)});
+  return a;
+}
 }  // namespace
 
 TEST_CASE("pipeline stages split the layers by parameter count") {
@@ -127,27 +155,7 @@ TEST_CASE("a two-stage pipeline trains to the unsplit model's weights, alone and
     auto run = [&](const std::string& placement, const std::string& schedule = "gpipe") {
       const std::string out =
           dir / (placement + (schedule == "gpipe" ? "" : schedule) + std::to_string(procs));
-      std::vector<std::string> a{"train",
-                                 dir / "c.yaml",
-                                 "data.dataset=text",
-                                 "data.path=" + (dir / "t.txt"),
-                                 "data.batch_size=6",
-                                 "model.name=gpt",
-                                 "model.n_layer=3",
-                                 "model.n_head=2",
-                                 "model.n_embd=32",
-                                 "model.block_size=16",
-                                 "optimizer.name=sgd",
-                                 "optimizer.lr=0.3",
-                                 "train.max_steps=20",
-                                 "train.threads=1",
-                                 "model.placement=" + placement,
-                                 "model.micro_batches=4",
-                                 "model.pipeline_schedule=" + schedule,
-                                 "--output-dir",
-                                 out};
-      if (procs > 1) a.insert(a.begin() + 1, {"--nproc-per-node", std::to_string(procs)});
-      auto r = runLtrain(a);
+      auto r = runLtrain(gptRun(dir, out, procs, placement, schedule, {}));
       INFO(r.out << r.err);
       REQUIRE(r.exit_code == 0);
       return r;
@@ -185,30 +193,9 @@ TEST_CASE("LoRA in a two-stage pipeline trains the unsplit model's adapters, alo
   for (int procs : {1, 2}) {
     auto run = [&](const std::string& placement, const std::string& schedule) {
       const std::string out = dir / (placement + schedule + std::to_string(procs));
-      std::vector<std::string> a{"train",
-                                 dir / "c.yaml",
-                                 "data.dataset=text",
-                                 "data.path=" + (dir / "t.txt"),
-                                 "data.batch_size=6",
-                                 "model.name=gpt",
-                                 "model.n_layer=3",
-                                 "model.n_head=2",
-                                 "model.n_embd=32",
-                                 "model.block_size=16",
-                                 "finetune.method=lora",
-                                 "lora.target_modules=all-linear",
-                                 "lora.rank=4",
-                                 "optimizer.name=sgd",
-                                 "optimizer.lr=0.05",
-                                 "train.max_steps=12",
-                                 "train.threads=1",
-                                 "model.placement=" + placement,
-                                 "model.micro_batches=4",
-                                 "model.pipeline_schedule=" + schedule,
-                                 "--output-dir",
-                                 out};
-      if (procs > 1) a.insert(a.begin() + 1, {"--nproc-per-node", std::to_string(procs)});
-      auto r = runLtrain(a);
+      auto r = runLtrain(gptRun(dir, out, procs, placement, schedule,
+                                {"finetune.method=lora", "lora.target_modules=all-linear",
+                                 "lora.rank=4", "optimizer.lr=0.05", "train.max_steps=12"}));
       INFO(r.out << r.err);
       REQUIRE(r.exit_code == 0);
       return out + "/model.safetensors";

@@ -36,6 +36,39 @@ double maxDiff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a - b).abs().max().item<double>();
 }
 
+struct AdapterRun {
+  std::string tokens, base, adapter, config;
+};
+
+// Fortune-cookie token shards, a small transformers Llama, a PEFT adapter of rank 4 for it
+// (make-adapter with `adapter_args`), and a config that trains the adapter from them for 20
+// logged steps with `optimizer` (YAML lines) and clipping.
+AdapterRun adapterRun(const TempDir& dir, const std::vector<std::string>& adapter_args,
+                      const std::string& optimizer) {
+  AdapterRun r{dir / "tokens", dir / "base", dir / "adapter", dir / "run.yaml"};
+  run({LTRAIN_PYTHON, kSrc + "/scripts/prepare_tokens.py", "/usr/share/games/fortunes/cookie",
+       "--out", r.tokens, "--vocab-size", "384"});
+  run({LTRAIN_PYTHON, kTools, "make-llama", r.base, "--vocab", "384"});
+  std::vector<std::string> make{LTRAIN_PYTHON, kTools, "make-adapter", r.base, r.adapter,
+                                "--rank",      "4",    "--alpha",      "8"};
+  make.insert(make.end(), adapter_args.begin(), adapter_args.end());
+  run(make);
+  ltrain::test::writeText(r.config,
+                          "seed: 1\n"
+                          "data: {dataset: tokens, path: " +
+                              r.tokens +
+                              ", batch_size: 8}\n"
+                              "model: {init_from: " +
+                              r.base +
+                              ", block_size: 32}\n"
+                              "finetune: {adapter_from: " +
+                              r.adapter + "}\n" + optimizer +
+                              "train: {max_steps: 20, log_every: 1, threads: 1, "
+                              "eval_every: 0,\n"
+                              "        checkpoint_every: 0, clip_grad_norm: 1.0}\n");
+  return r;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -43,28 +76,10 @@ TEST_CASE(
     "ZeRO-3",
     "[parity][slow][hf]") {
   TempDir dir;
-  const std::string tokens = dir / "tokens", base = dir / "base", adapter = dir / "adapter";
-  run({LTRAIN_PYTHON, kSrc + "/scripts/prepare_tokens.py", "/usr/share/games/fortunes/cookie",
-       "--out", tokens, "--vocab-size", "384"});
-  run({LTRAIN_PYTHON, kTools, "make-llama", base, "--vocab", "384"});
-  run({LTRAIN_PYTHON, kTools, "make-adapter", base, adapter, "--targets", "q_proj,v_proj", "--rank",
-       "4", "--alpha", "8"});
-  const std::string config = dir / "lora.yaml";
-  ltrain::test::writeText(config,
-                          "seed: 1\n"
-                          "data: {dataset: tokens, path: " +
-                              tokens +
-                              ", batch_size: 8}\n"
-                              "model: {init_from: " +
-                              base +
-                              ", block_size: 32}\n"
-                              "finetune: {adapter_from: " +
-                              adapter +
-                              "}\n"
-                              "optimizer: {name: adamw, lr: 0.01, weight_decay: 0.01}\n"
-                              "scheduler: {name: cosine, warmup_steps: 3}\n"
-                              "train: {max_steps: 20, log_every: 1, threads: 1, eval_every: 0,\n"
-                              "        checkpoint_every: 0, clip_grad_norm: 1.0}\n");
+  const auto [tokens, base, adapter, config] =
+      adapterRun(dir, {"--targets", "q_proj,v_proj"},
+                 "optimizer: {name: adamw, lr: 0.01, weight_decay: 0.01}\n"
+                 "scheduler: {name: cosine, warmup_steps: 3}\n");
   const auto base_weights = ltrain::io::loadSafetensors(base + "/model.safetensors");
 
   // ZeRO-1 and ZeRO-3 against PEFT under DDP: per element the same arithmetic. Under ZeRO-3
@@ -169,29 +184,10 @@ TEST_CASE(
 TEST_CASE("DoRA from a PEFT adapter trains as PEFT does and goes back out as PEFT's files",
           "[parity][slow][hf]") {
   TempDir dir;
-  const std::string tokens = dir / "tokens", base = dir / "base", adapter = dir / "adapter";
-  run({LTRAIN_PYTHON, kSrc + "/scripts/prepare_tokens.py", "/usr/share/games/fortunes/cookie",
-       "--out", tokens, "--vocab-size", "384"});
-  run({LTRAIN_PYTHON, kTools, "make-llama", base, "--vocab", "384"});
   // B drawn and the magnitudes moved off the norms they start at: every term of DoRA counts.
-  run({LTRAIN_PYTHON, kTools, "make-adapter", base, adapter, "--targets", "q_proj,v_proj,down_proj",
-       "--rank", "4", "--alpha", "8", "--dora"});
-  const std::string config = dir / "dora.yaml";
-  ltrain::test::writeText(config,
-                          "seed: 1\n"
-                          "data: {dataset: tokens, path: " +
-                              tokens +
-                              ", batch_size: 8}\n"
-                              "model: {init_from: " +
-                              base +
-                              ", block_size: 32}\n"
-                              "finetune: {adapter_from: " +
-                              adapter +
-                              "}\n"
-                              "optimizer: {name: adamw, lr: 0.003, weight_decay: 0.01}\n"
-                              "train: {max_steps: 20, log_every: 1, threads: 1, "
-                              "eval_every: 0,\n"
-                              "        checkpoint_every: 0, clip_grad_norm: 1.0}\n");
+  const auto [tokens, base, adapter, config] =
+      adapterRun(dir, {"--targets", "q_proj,v_proj,down_proj", "--dora"},
+                 "optimizer: {name: adamw, lr: 0.003, weight_decay: 0.01}\n");
   const auto lc =
       ltrain::config::loadConfigText("data: {dataset: tokens}\nmodel: {init_from: " + base +
                                          "}\nfinetune: {adapter_from: " + adapter + "}\n",

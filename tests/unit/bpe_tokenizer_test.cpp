@@ -22,6 +22,18 @@ namespace {
 const std::string kTools = std::string(LTRAIN_SOURCE_DIR) + "/tests/parity/hf_tools.py";
 const std::string kCorpus = "/usr/share/games/fortunes/cookie";
 
+// One line of the file per text, its own line breaks written as \n (hf_tools.py undoes them).
+void writeLines(const std::string& path, const std::vector<std::string>& lines) {
+  std::string text;
+  for (size_t i = 0; i < lines.size(); ++i) {
+    std::string escaped = lines[i];
+    for (size_t p = 0; (p = escaped.find('\n', p)) != std::string::npos;)
+      escaped.replace(p, 1, "\\n");
+    text += escaped + (i + 1 < lines.size() ? "\n" : "");
+  }
+  writeText(path, text);
+}
+
 std::vector<int64_t> parseIds(const std::string& line) {
   std::istringstream in(line);
   std::vector<int64_t> ids;
@@ -43,14 +55,7 @@ TEST_CASE("byte-level BPE encodes as Hugging Face tokenizers does, GPT-2 and Lla
       "UPPER lower MiXeD 3.14159 x^2+y^2",
       "line one\nline two\n\n  indented",
       "<|endoftext|>after the special token"};
-  std::string text;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    std::string escaped = lines[i];
-    for (size_t p = 0; (p = escaped.find('\n', p)) != std::string::npos;)
-      escaped.replace(p, 1, "\\n");
-    text += escaped + (i + 1 < lines.size() ? "\n" : "");
-  }
-  writeText(dir / "lines.txt", text);
+  writeLines(dir / "lines.txt", lines);
   for (const std::string kind : {"gpt2", "llama3"}) {
     INFO(kind);
     const std::string tok = dir / (kind + ".json");
@@ -89,14 +94,7 @@ TEST_CASE(
                                        "line one\nline two\n\n  indented",
                                        "</s>after a special token, and <s> inside",
                                        ""};
-  std::string text;
-  for (size_t i = 0; i < lines.size(); ++i) {
-    std::string escaped = lines[i];
-    for (size_t p = 0; (p = escaped.find('\n', p)) != std::string::npos;)
-      escaped.replace(p, 1, "\\n");
-    text += escaped + (i + 1 < lines.size() ? "\n" : "");
-  }
-  writeText(dir / "lines.txt", text);
+  writeLines(dir / "lines.txt", lines);
   auto made = runProcess({LTRAIN_PYTHON, kTools, "make-sp-tokenizer", dir / "sp", "400", kCorpus});
   INFO(made.err);
   REQUIRE(made.exit_code == 0);

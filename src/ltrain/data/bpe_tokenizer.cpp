@@ -222,17 +222,19 @@ class Bpe final : public TextCodec {
     return id.get<int64_t>();
   }
 
+  // A pipeline step of tokenizer.json: a Sequence's items (under `list`), or the one step; none
+  // for null.
+  static std::vector<io::Json> steps(const io::Json& j, const char* list) {
+    if (j.is_null()) return {};
+    if (j.value("type", "") != "Sequence") return {j};
+    return j.value(list, io::Json::array()).get<std::vector<io::Json>>();
+  }
+
   // SentencePiece's older form: Prepend(U+2581) then Replace(" ", U+2581), each text piece between
   // added tokens; any other normalizer is refused.
   template <class Refuse>
   void readNormalizer(const io::Json& n, const Refuse& refuse) {
-    if (n.is_null()) return;
-    std::vector<io::Json> steps;
-    if (n.value("type", "") == "Sequence")
-      for (const auto& s : n.value("normalizers", io::Json::array())) steps.push_back(s);
-    else
-      steps.push_back(n);
-    for (const auto& s : steps) {
+    for (const auto& s : steps(n, "normalizers")) {
       const std::string type = s.value("type", "");
       if (type == "Prepend" && s.value("prepend", "") == kMeta) {
         prepend_ = Prepend::kEachPiece;
@@ -250,12 +252,7 @@ class Bpe final : public TextCodec {
 
   // The decoder's Strip: how many leading spaces go (SentencePiece's prepended one).
   void readDecoder(const io::Json& d) {
-    std::vector<io::Json> steps;
-    if (d.value("type", "") == "Sequence")
-      for (const auto& s : d.value("decoders", io::Json::array())) steps.push_back(s);
-    else if (!d.is_null())
-      steps.push_back(d);
-    for (const auto& s : steps)
+    for (const auto& s : steps(d, "decoders"))
       if (s.value("type", "") == "Strip" && s.value("content", "") == " ")
         strip_start_ = s.value("start", 0);
   }
@@ -264,13 +261,8 @@ class Bpe final : public TextCodec {
   void readPreTokenizer(const io::Json& pt, const Refuse& refuse) {
     if (pt.is_null() && metaspace_) return;  // the normalizers did it
     if (pt.is_null()) throw refuse("no pre_tokenizer");
-    std::vector<io::Json> steps;
-    if (pt.value("type", "") == "Sequence")
-      for (const auto& s : pt.value("pretokenizers", io::Json::array())) steps.push_back(s);
-    else
-      steps.push_back(pt);
     bool byte_level = false;
-    for (const auto& s : steps) {
+    for (const auto& s : steps(pt, "pretokenizers")) {
       const std::string type = s.value("type", "");
       if (type == "ByteLevel") {
         byte_level = true;
@@ -306,13 +298,7 @@ class Bpe final : public TextCodec {
   template <class Refuse>
   void readPostProcessor(const io::Json& pp, const Refuse& refuse) {
     template_ = {{"", {}}};  // the text alone
-    if (pp.is_null()) return;
-    std::vector<io::Json> steps;
-    if (pp.value("type", "") == "Sequence")
-      for (const auto& s : pp.value("processors", io::Json::array())) steps.push_back(s);
-    else
-      steps.push_back(pp);
-    for (const auto& s : steps) {
+    for (const auto& s : steps(pp, "processors")) {
       const std::string type = s.value("type", "");
       if (type == "ByteLevel") continue;  // offsets only
       if (type != "TemplateProcessing") throw refuse(fmt::format("post-processor '{}'", type));

@@ -164,26 +164,28 @@ class Zero3Plan final : public ShardedOptimizerPlan {
     }
     for (size_t u = 0; u < units.count(); ++u) {
       const auto& layouts = units.frozen[u];
-      if (!layouts.empty() && units.frozen_slices[u].empty()) {  // a unit of frozen parameters
+      auto& slices = units.frozen_slices[u];
+      if (!layouts.empty() && slices.empty()) {  // a unit of frozen parameters only
         std::vector<const BucketLayout*> all;
         for (const auto& f : layouts) all.push_back(&f);
-        for (const auto* f : all)
-          if (!s.fill_layer)
-            units.frozen_slices[u].push_back(wholeSlice(*f, rankSlice(f->padded, rank_, world_)));
         if (s.fill_layer)
-          units.frozen_slices[u] = filledSlices(all, static_cast<int64_t>(u), units, s);
+          slices = filledSlices(all, static_cast<int64_t>(u), units, s);
+        else
+          for (const auto* f : all)
+            slices.push_back(wholeSlice(*f, rankSlice(f->padded, rank_, world_)));
       }
       for (size_t k = 0; k < layouts.size(); ++k) {
         const auto& frozen = layouts[k];
-        const auto& slice = units.frozen_slices[u][k];
-        init[u].pieces.push_back({frozen, slice});
+        init[u].pieces.push_back({frozen, slices[k]});
         init[u].frozen = true;
-        FrozenPiece piece{
-            u, {}, frozen.padded, rankSlice(frozen.padded, rank_, world_).begin, slice};
+        UnitShard shard;  // no optimizer state
         for (size_t i = 0; i < frozen.params.size(); ++i)
-          piece.params.push_back({names.at(frozen.params[i].unsafeGetTensorImpl()),
+          shard.params.push_back({names.at(frozen.params[i].unsafeGetTensorImpl()),
                                   frozen.params[i].sizes().vec(), frozen.offsets[i]});
-        frozen_.push_back(std::move(piece));
+        shard.padded = frozen.padded;
+        shard.begin = rankSlice(frozen.padded, rank_, world_).begin;
+        shard.values = slices[k];
+        frozen_.push_back({u, std::move(shard)});
       }
       if (init[u].pieces.empty()) throw std::logic_error("dist.zero 3: a unit without parameters");
     }
@@ -246,12 +248,7 @@ class Zero3Plan final : public ShardedOptimizerPlan {
         if (readParamState(*opt_, sh.param, st)) us.optimizer_step = st.step, us.state = st.tensors;
         out.push_back(std::move(us));
       }
-      for (; frozen != frozen_.end() && frozen->unit == u; ++frozen) {
-        UnitShard us;
-        us.params = frozen->params, us.padded = frozen->padded, us.begin = frozen->begin;
-        us.values = frozen->slice;
-        out.push_back(std::move(us));
-      }
+      for (; frozen != frozen_.end() && frozen->first == u; ++frozen) out.push_back(frozen->second);
     }
     return out;
   }
@@ -264,21 +261,14 @@ class Zero3Plan final : public ShardedOptimizerPlan {
     sharded_->forEachUnitOnHost(main, order, fn);  // in unitShards' order
   }
 
-  // A unit's frozen parameters as a checkpoint lists them (no optimizer state).
-  struct FrozenPiece {
-    size_t unit;
-    std::vector<UnitShard::Param> params;
-    int64_t padded, begin;
-    torch::Tensor slice;
-  };
-
   torch::ScalarType gathered_dtype_;
   bool prefetch_;
   std::function<void(std::shared_ptr<models::LayerHooks>)> set_layer_hooks_;
   std::shared_ptr<ShardedParameters> sharded_;  // installed as the model's layer hooks
   std::vector<size_t> unit_of_bucket_;
   std::vector<int64_t> bucket_of_unit_;  // -1: a unit of frozen parameters only
-  std::vector<FrozenPiece> frozen_;      // by unit
+  // Each unit's frozen pieces as a checkpoint lists them, by unit.
+  std::vector<std::pair<size_t, UnitShard>> frozen_;
 };
 
 }  // namespace

@@ -231,8 +231,10 @@ void exportPeft(const Classifier& model, const config::ExperimentConfig& cfg,
 }
 
 void mergeLora(Classifier& model) {
+  // A base held in bf16 (lora.base_dtype) back in fp32 first: the adapters merge in their
+  // precision, and the plain model is in one dtype for export --hf.
+  holdBaseIn(model, torch::kFloat);
   for (auto& [path, l] : adapted(model)) l->mergeLora();
-  holdBaseIn(model, torch::kFloat);  // the plain model in one dtype, for export --hf
 }
 
 }  // namespace ltrain::models

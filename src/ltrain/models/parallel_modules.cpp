@@ -99,9 +99,6 @@ void LinearImpl::addLora(int64_t rank, double alpha, double dropout, bool dora) 
 void LinearImpl::mergeLora() {
   if (!lora_A) return;
   torch::NoGradGuard no_grad;
-  // A base held in bf16 (lora.base_dtype) merges in the adapters' precision.
-  if (weight.scalar_type() != lora_A->weight.scalar_type())
-    weight.set_data(weight.to(lora_A->weight.scalar_type()));
   const auto scale = lora_magnitude.defined() ? doraScale() : torch::Tensor();
   weight.add_(torch::matmul(lora_B->weight, lora_A->weight).to(weight.dtype()), lora_scaling);
   if (scale.defined()) {  // PEFT's merge: each row of W + scaling B A to its magnitude

@@ -8,7 +8,6 @@
 #include <fstream>
 #include <limits>
 #include <map>
-#include <set>
 
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
