@@ -1,6 +1,7 @@
 // ltrain's command line: a table of subcommands, each a thin call into the library.
 // Exit codes: 0 success, 2 bad usage/config/data (one line on stderr), 1 failure during training.
 #include <c10/util/Exception.h>
+#include <c10/util/Logging.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <torch/version.h>
@@ -249,6 +250,13 @@ void addLaunchOptions(CLI::App* app, ltrain::launch::LaunchOptions& o) {
   app->add_option("--log-dir", o.log_dir, "Directory for per-rank logs (rank_N.log)");
   app->add_option("--grace", o.grace_s, "Seconds between SIGTERM and SIGKILL when stopping workers")
       ->capture_default_str();
+  app->add_option("--rdzv-id,--rdzv_id", o.run_id,
+                  "The job's id, the same on every node (torchrun's); node 0 makes one when none "
+                  "is given");
+  app->add_option("--join-timeout", o.join_timeout_s,
+                  "Seconds a restart waits for every node to rejoin (a node that lost the network)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
 }
 
 }  // namespace
@@ -257,6 +265,9 @@ int main(int argc, char** argv) {
   // A peer that died leaves a closed socket: writing to it must fail the collective with an error
   // that names the peer, not kill this process silently with SIGPIPE.
   std::signal(SIGPIPE, SIG_IGN);
+  // c10d logs each store or socket failure with a C++ stack trace; ltrain names the failure in
+  // one line of its own. TORCH_CPP_LOG_LEVEL (INFO, WARNING, ERROR) brings c10's messages back.
+  if (!std::getenv("TORCH_CPP_LOG_LEVEL")) FLAGS_caffe2_log_level = 3;  // c10's FATAL only
   ltrain::tuneAllocatorForTraining();
   ltrain::cuda::loadIfPresent();  // before anything asks LibTorch about CUDA
   CLI::App app{"ltrain: train LibTorch models from a YAML config, on one or many devices"};

@@ -154,8 +154,10 @@ TEST_CASE("dist.tensor_parallel 2 trains chat data's masked targets as one proce
     // fall below 4/9 of log 49 (1.7).
     const auto losses = ltrain::test::trainLosses(one + "/metrics.jsonl");
     CHECK(losses.rbegin()->second < 1.0);
-    checkLosses(one, two, 1e-5);
-    CHECK(std::abs(summaryValue(one, "test_loss") - summaryValue(two, "test_loss")) < 1e-5);
+    // The split matmuls add in another order: measured up to 1.6e-5 by step 19 on one machine's
+    // CPU kernels (under 1e-5 on another's), growing with training as rounding does.
+    checkLosses(one, two, 5e-5);
+    CHECK(std::abs(summaryValue(one, "test_loss") - summaryValue(two, "test_loss")) < 5e-5);
   }
 }
 

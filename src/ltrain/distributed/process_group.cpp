@@ -8,13 +8,17 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <sstream>
 #include <thread>
 
 #include "ltrain/common/errors.h"
 #include "ltrain/common/stop_signal.h"
 #include "ltrain/cuda/plugin.h"
 #include "ltrain/distributed/sockets.h"
+#include "ltrain/distributed/store_sockets.h"
 #include "ltrain/io/error_report.h"
 
 namespace ltrain::distributed {
@@ -26,7 +30,53 @@ std::string firstLine(const std::string& s) {
   return s.substr(0, s.find('\n'));
 }
 
-c10::intrusive_ptr<c10d::Store> openStore(const Runtime& rt, Ms timeout, bool may_host) {
+// Where ltrain's launcher hosts the store, its agent wrote the job's record there (launcher.cpp:
+// "<id> <nodes> <world size>"). Only its workers, started with that id and world size, belong to
+// the job: a process started by hand on the job's port, with a copied environment or another
+// job's, is refused here before it writes anything.
+void checkJob(c10d::Store& store, const Runtime& rt, const std::string& where) {
+  if (!store.check({"/agents/job"})) return;  // another launcher's store, or rank 0's
+  const auto v = store.get("/agents/job");
+  std::istringstream in(std::string(v.begin(), v.end()));
+  std::string job_id;
+  int64_t nodes = 0, world = 0;
+  in >> job_id >> nodes >> world;
+  const char* id = rt.agent_store ? std::getenv("TORCHELASTIC_RUN_ID") : nullptr;
+  if (!id || job_id != id || world != rt.world_size)
+    throw UsageError(fmt::format(
+        "this process (RANK={} WORLD_SIZE={}{}) is not a member of the job at {} (ltrain launch's "
+        "job {}, world size {}): not joining it, and nothing written",
+        rt.rank, rt.world_size, id ? fmt::format(", job {}", id) : "", where, job_id, world));
+}
+
+// Each rank of a job takes its rank in the store once, with the world size: a second process
+// with the same RANK, or one with another WORLD_SIZE, is refused by name before it writes
+// anything, and the job's own ranks do not notice it.
+void claimRank(c10d::Store& store, const Runtime& rt, const std::string& where) {
+  const std::string world = std::to_string(rt.world_size);
+  const auto agreed =
+      store.compareSet("world_size", {}, std::vector<uint8_t>(world.begin(), world.end()));
+  if (std::string(agreed.begin(), agreed.end()) != world)
+    throw UsageError(fmt::format(
+        "WORLD_SIZE={} (rank {}) does not match the job at {}, whose world size is {}: not joining "
+        "it, and nothing written",
+        rt.world_size, rt.rank, where, std::string(agreed.begin(), agreed.end())));
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  const std::string me = fmt::format("{} (pid {})", host, ::getpid());
+  const auto holder = store.compareSet(fmt::format("member/{}", rt.rank), {},
+                                       std::vector<uint8_t>(me.begin(), me.end()));
+  if (std::string(holder.begin(), holder.end()) != me)
+    throw UsageError(fmt::format(
+        "rank {} of the job at {} is already running on {}: this process is a second rank {}, "
+        "not joining it, and nothing written",
+        rt.rank, where, std::string(holder.begin(), holder.end()), rt.rank));
+}
+
+// A connection to the job's store; `timeout` bounds the connect and each wait, `io_deadline`
+// every socket read and write (store_sockets.h): a host cut off from the store fails in time.
+c10::intrusive_ptr<c10d::Store> openStore(const Runtime& rt, Ms timeout, Ms io_deadline,
+                                          bool may_host) {
   const std::string where = fmt::format("{}:{}", rt.master_addr, rt.master_port);
   c10d::TCPStoreOptions o;
   o.port = static_cast<uint16_t>(rt.master_port);
@@ -41,7 +91,7 @@ c10::intrusive_ptr<c10d::Store> openStore(const Runtime& rt, Ms timeout, bool ma
         listenOn(rt.master_addr, rt.master_port, rt.world_size > rt.local_world_size);
   c10::intrusive_ptr<c10d::Store> store;
   try {
-    store = c10::make_intrusive<c10d::TCPStore>(rt.master_addr, o);
+    store = connectWithDeadline(rt.master_addr, o, io_deadline);
   } catch (const c10::Error& e) {
     const std::string msg = e.what_without_backtrace();
     if (o.isServer && (msg.find("EADDRINUSE") != std::string::npos ||
@@ -54,6 +104,7 @@ c10::intrusive_ptr<c10d::Store> openStore(const Runtime& rt, Ms timeout, bool ma
         fmt::format("rank {} cannot reach the rendezvous store at {} within {} s: {}", rt.rank,
                     where, timeout.count() / 1000, firstLine(msg)));
   }
+  if (may_host) checkJob(*store, rt, where);
   // As torchrun's workers do with the agent's store: keys of each attempt stay apart.
   if (rt.agent_store)
     store = c10::make_intrusive<c10d::PrefixStore>(
@@ -79,20 +130,23 @@ std::shared_ptr<ProcessGroup> ProcessGroup::connect(const Runtime& rt,
   c->device_ = device;
   c->timeout_ = Ms(cfg.timeout_s * 1000);
   c->backend_name_ = chooseBackend(cfg.backend, device);
-  c->store_ = openStore(rt, c->timeout_, true);
+  // Reads past dist.timeout_s (waits poll for at most that long first) mean a lost host.
+  c->store_ = openStore(rt, c->timeout_, c->timeout_ + Ms(5000), true);
+  claimRank(*c->store_, rt, fmt::format("{}:{}", rt.master_addr, rt.master_port));
   c->barrier("rendezvous");
   // The watchdog's own connection: its heartbeat must not queue behind a blocking wait.
   // A short store timeout for it: a stopped store host must not stall the heartbeat for the
   // whole dist.timeout_s.
   const Ms beat_timeout = std::max(Ms(1000), 2 * Watchdog::periodFor(c->timeout_));
   c->before_hang_exit_ = std::make_shared<std::function<void(const std::string&)>>();
-  c->watchdog_ =
-      std::make_shared<Watchdog>(openStore(rt, beat_timeout, false), rt.rank, rt.world_size,
-                                 c->timeout_, [hook = c->before_hang_exit_](const std::string& m) {
-                                   if (*hook) (*hook)(m);  // summary.json says failed, and why
-                                   reportError(m);
-                                   std::_Exit(1);  // the launcher ends the rest
-                                 });
+  c->watchdog_ = std::make_shared<Watchdog>(
+      [rt, beat_timeout] { return openStore(rt, beat_timeout, beat_timeout, false); },
+      fmt::format("{}:{}", rt.master_addr, rt.master_port), rt.rank, rt.world_size, c->timeout_,
+      [hook = c->before_hang_exit_](const std::string& m) {
+        if (*hook) (*hook)(m);  // summary.json says failed, and why
+        reportError(m);
+        std::_Exit(1);  // the launcher ends the rest
+      });
 
   c->backend_ = c->makeBackend("pg", device);
   if (cfg.shm_allreduce && c->backend_name_ == "gloo" && device.is_cpu() && rt.distributed() &&
@@ -194,6 +248,10 @@ std::string ProcessGroup::explainFailure(const std::exception& e, int64_t step) 
   if (!collective) return "";
   const std::string first = firstLine(what);
   const auto silent = watchdog_->silentRanks();
+  // Every peer looks silent from a host that lost the store: name what it lost instead.
+  const std::string lost = watchdog_->lostStore();
+  if (!lost.empty())
+    return fmt::format("{}; a collective failed after step {}: {}", lost, step, first);
   if (silent.empty())
     return fmt::format("rank {}: a collective failed after step {}: {}", rt_.rank, step, first);
   return fmt::format(

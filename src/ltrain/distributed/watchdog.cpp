@@ -4,6 +4,8 @@
 
 #include <sstream>
 
+#include "ltrain/common/stop_signal.h"
+
 namespace ltrain::distributed {
 namespace {
 
@@ -21,12 +23,12 @@ std::string key(int64_t rank) {
 
 struct Beat {
   int64_t counter = -1, step = 0;
-  int phase = 0;
+  int phase = 0, leaving = 0;
 };
 Beat parse(const std::string& s) {
   Beat b;
   std::istringstream in(s);
-  in >> b.counter >> b.step >> b.phase;
+  in >> b.counter >> b.step >> b.phase >> b.leaving;
   return b;
 }
 
@@ -54,9 +56,11 @@ const char* phaseName(Phase p) {
   return "?";
 }
 
-Watchdog::Watchdog(c10::intrusive_ptr<c10d::Store> store, int64_t rank, int64_t world_size,
+Watchdog::Watchdog(Connect connect, std::string store_where, int64_t rank, int64_t world_size,
                    Ms timeout, std::function<void(const std::string&)> on_hang)
-    : store_(std::move(store)),
+    : connect_(std::move(connect)),
+      store_where_(std::move(store_where)),
+      store_(connect_()),
       rank_(rank),
       world_size_(world_size),
       timeout_(timeout),
@@ -67,6 +71,7 @@ Watchdog::Watchdog(c10::intrusive_ptr<c10d::Store> store, int64_t rank, int64_t 
       on_hang_(std::move(on_hang)),
       peers_(static_cast<size_t>(world_size), Peer{"", Clock::now()}) {
   beat();  // the key exists before any peer can look for it
+  store_ok_ns_.store(nowNs());
   thread_ = std::thread([this] { run(); });
 }
 
@@ -77,6 +82,11 @@ Watchdog::~Watchdog() {
   }
   cv_.notify_all();
   thread_.join();
+  // Its last word: the peers that see this rank go quiet now do not report it as lost.
+  try {
+    if (store_) beat(true);
+  } catch (const std::exception&) {
+  }
 }
 
 Watchdog::Waiting::Waiting(Watchdog* w) : w_(w) {
@@ -92,13 +102,13 @@ Watchdog::Waiting::~Waiting() {
   w_->setPhase(before_);
 }
 
-void Watchdog::beat() {
-  const std::string v = fmt::format("{} {} {}", ++counter_, step_.load(), phase_.load());
+void Watchdog::beat(bool leaving) {
+  const std::string v =
+      fmt::format("{} {} {} {}", ++counter_, step_.load(), phase_.load(), leaving ? 1 : 0);
   store_->set(key(rank_), std::vector<uint8_t>(v.begin(), v.end()));
 }
 
 void Watchdog::run() {
-  auto store_ok = Clock::now();
   std::vector<std::string> keys;
   for (int64_t r = 0; r < world_size_; ++r) keys.push_back(key(r));
   std::unique_lock<std::mutex> lock(mutex_);
@@ -106,7 +116,8 @@ void Watchdog::run() {
     lock.unlock();
     const auto now = Clock::now();
     try {
-      beat();
+      if (!store_) store_ = connect_();
+      beat(StopSignal::pending() != 0);
       // Until every rank has published once, a read would block on the missing keys.
       if (!all_published_) all_published_ = store_->check(keys);
       auto values = all_published_ ? store_->multiGet(keys) : std::vector<std::vector<uint8_t>>{};
@@ -114,23 +125,41 @@ void Watchdog::run() {
       for (size_t r = 0; r < values.size(); ++r) {
         std::string v(values[r].begin(), values[r].end());
         if (v != peers_[r].beat) peers_[r].beat = v, peers_[r].changed = now;
+        peers_[r].leaving = parse(v).leaving != 0;
       }
-      store_ok = now;
-    } catch (const std::exception& e) {
-      const auto failed = Clock::now();  // the call itself may have waited its whole timeout
-      if (failed - store_ok > limit_)
-        on_hang_(fmt::format(
-            "rank {}: the rendezvous store has not answered for {:.0f} s (its host, rank 0 or the "
-            "launcher, may be stopped or dead)",
-            rank_, std::chrono::duration<double>(failed - store_ok).count()));
+      store_ok_ns_.store(nowNs());
+    } catch (const std::exception&) {
+      store_.reset();  // out of step with the server after a timeout: connect again next time
+      // The call itself may have waited its whole deadline.
+      const double quiet_s = (nowNs() - store_ok_ns_.load()) / 1e9;
+      if (quiet_s > std::chrono::duration<double>(limit_).count())
+        on_hang_(storeLostMessage(quiet_s));
     }
     const int64_t since = wait_since_ns_.load(std::memory_order_relaxed);
     if (since != 0) {
       const double waited_s = (nowNs() - since) / 1e9;
-      if (waited_s > std::chrono::duration<double>(limit_).count()) on_hang_(diagnose(waited_s));
+      if (waited_s > std::chrono::duration<double>(limit_).count()) {
+        // Every peer looks silent from a host that lost the store: name what it lost.
+        const std::string lost = lostStore();
+        on_hang_(lost.empty() ? diagnose(waited_s) : lost);
+      }
     }
     lock.lock();
   }
+}
+
+std::string Watchdog::storeLostMessage(double quiet_s) const {
+  return fmt::format(
+      "rank {} lost the rendezvous store at {}: no answer for {:.0f} s. The process serving it "
+      "(rank 0, or node 0's launcher) stopped or died, or the network to its host is down (check "
+      "the link between this host and {})",
+      rank_, store_where_, quiet_s, store_where_.substr(0, store_where_.rfind(':')));
+}
+
+std::string Watchdog::lostStore() {
+  const double quiet_s = (nowNs() - store_ok_ns_.load()) / 1e9;
+  return quiet_s > 2 * std::chrono::duration<double>(period_).count() ? storeLostMessage(quiet_s)
+                                                                      : "";
 }
 
 std::vector<int64_t> Watchdog::silentRanks() {
@@ -141,7 +170,9 @@ std::vector<int64_t> Watchdog::silentRanks() {
   // A live peer's beat is seen to change within two periods; the first period may still show the
   // last beat of one that died just before the failure.
   for (int64_t r = 0; r < world_size_; ++r)
-    if (r != rank_ && peers_[static_cast<size_t>(r)].changed < start + period_) out.push_back(r);
+    if (r != rank_ && peers_[static_cast<size_t>(r)].changed < start + period_ &&
+        !peers_[static_cast<size_t>(r)].leaving)
+      out.push_back(r);
   return out;
 }
 

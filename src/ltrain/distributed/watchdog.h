@@ -25,9 +25,13 @@ const char* phaseName(Phase p);
 
 class Watchdog {
  public:
-  // `store` must be a connection of its own: a blocking wait on a shared one would stall the
-  // heartbeat. `on_hang(message)` must not return (it ends the process).
-  Watchdog(c10::intrusive_ptr<c10d::Store> store, int64_t rank, int64_t world_size,
+  // `connect()` opens a connection of the watchdog's own (a blocking wait on a shared one would
+  // stall the heartbeat), whose reads and writes have a deadline (store_sockets.h); it is called
+  // again after a read failed, since a client that timed out is out of step. `store_where`
+  // (host:port) names the store in the error. `on_hang(message)` must not return (it ends the
+  // process).
+  using Connect = std::function<c10::intrusive_ptr<c10d::Store>()>;
+  Watchdog(Connect connect, std::string store_where, int64_t rank, int64_t world_size,
            std::chrono::milliseconds timeout, std::function<void(const std::string&)> on_hang);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
@@ -58,26 +62,36 @@ class Watchdog {
   }
 
   // After a collective failed: the ranks whose heartbeat does not move for three periods (dead,
-  // or their node went away), to name them in the error.
+  // or their node went away), to name them in the error. A rank that said it was leaving (a
+  // stop signal, or its own failure) is not one of them.
   std::vector<int64_t> silentRanks();
+  // When the store has not answered for over two periods: the error that names it (the lost
+  // host, not the peers behind it); "" while it answers.
+  std::string lostStore();
 
  private:
   struct Peer {
     std::string beat;  // the last heartbeat read
     std::chrono::steady_clock::time_point changed{};
+    bool leaving = false;  // its last beat said it is stopping or failed
   };
   void run();
-  void beat();
+  // "counter step phase leaving"; leaving: 1 once a stop signal came, or as the watchdog ends.
+  void beat(bool leaving = false);
   std::string diagnose(double waited_s);
 
-  c10::intrusive_ptr<c10d::Store> store_;
+  Connect connect_;
+  std::string store_where_;
+  c10::intrusive_ptr<c10d::Store> store_;  // null after a failed read, until connected again
   int64_t rank_, world_size_;
   std::chrono::milliseconds timeout_, period_, limit_;
   std::function<void(const std::string&)> on_hang_;
   std::atomic<int64_t> step_{0};
   std::atomic<int> phase_{static_cast<int>(Phase::kStartup)};
   std::atomic<int64_t> wait_since_ns_{0};  // steady clock; 0: not waiting
-  std::vector<Peer> peers_;                // guarded by peers_mutex_
+  std::atomic<int64_t> store_ok_ns_{0};    // steady clock: the store's last answer
+  std::string storeLostMessage(double quiet_s) const;
+  std::vector<Peer> peers_;  // guarded by peers_mutex_
   std::mutex peers_mutex_;
   int64_t counter_ = 0;
   bool all_published_ = false;

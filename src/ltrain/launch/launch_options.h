@@ -16,6 +16,10 @@ struct LaunchOptions {
   std::string log_dir;    // per-rank logs; empty: none
   double grace_s = 30.0;  // SIGTERM, then SIGKILL after this long (torchrun's default)
   std::string run_id = "none";
+  // How long a restart waits for every node's agent to come back (a node cut off from the
+  // network rejoins when it is back): torchrun's rendezvous join_timeout.
+  int join_timeout_s = 600;
+  double job_start_unix = 0;  // when this agent started: summary.json's job_wall_s counts from it
   std::vector<std::string> program;  // PROGRAM ARGS...
   // GPUs each worker drives (a pipeline's stages): auto and gpu start GPUs / this many workers.
   int gpus_per_worker = 1;

@@ -16,6 +16,8 @@
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <random>
+#include <sstream>
 #include <thread>
 
 #include "ltrain/common/child_groups.h"
@@ -23,6 +25,7 @@
 #include "ltrain/common/spawn.h"
 #include "ltrain/common/stop_signal.h"
 #include "ltrain/distributed/sockets.h"
+#include "ltrain/distributed/store_sockets.h"
 
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
@@ -32,6 +35,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 constexpr size_t kTailLines = 20;
+// Every read and write of an agent's store connection: its calls are small and answered at once,
+// so one that waits this long means a lost network, and the agent goes on (signals included).
+constexpr std::chrono::milliseconds kStoreDeadline{2000};
 
 struct Worker : Child {
   int local_rank = 0, rank = 0;
@@ -82,7 +88,10 @@ int validatedNproc(const LaunchOptions& o) {
 
 class Launcher {
  public:
-  explicit Launcher(const LaunchOptions& o) : o_(o), nproc_(validatedNproc(o)) {}
+  explicit Launcher(const LaunchOptions& o) : o_(o), nproc_(validatedNproc(o)) {
+    o_.job_start_unix =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  }
 
   int run() {
     try {
@@ -96,6 +105,7 @@ class Launcher {
  private:
   int runAttempts() {
     hostStore();
+    if (store_) joinJob();
     signals_.emplace(StopSignal::SecondInterrupt::kCount);
     if (!o_.log_dir.empty()) {
       std::error_code ec;
@@ -105,6 +115,15 @@ class Launcher {
             fmt::format("--log-dir '{}' cannot be created: {}", o_.log_dir, ec.message()));
     }
     for (int attempt = 0;; ++attempt) {
+      if (attempt > 0 && coordinated()) {
+        const Join j = joinRound(attempt);
+        if (j == Join::kStopped) {
+          say(fmt::format("got signal {} while waiting for the other nodes; stopping",
+                          StopSignal::received()));
+          return 128 + StopSignal::received();
+        }
+        if (j == Join::kTimedOut) return 1;
+      }
       spawnAll(attempt);
       int failed_rank = monitor(attempt);
       // A local worker that fails just after another node's (its collective lost the peer) is
@@ -137,7 +156,10 @@ class Launcher {
         for (const auto& w : workers_) all_done = all_done && w.pid > 0 && !failed(w.status);
         return all_done ? 0 : 128 + sig;
       }
-      if (failed_rank < 0) return 0;
+      if (failed_rank < 0) {
+        finishTogether(attempt);
+        return 0;
+      }
       const Worker& w = workers_[failed_rank];
       if (WIFEXITED(w.status) &&
           (WEXITSTATUS(w.status) == 128 + SIGTERM || WEXITSTATUS(w.status) == 128 + SIGINT)) {
@@ -182,12 +204,11 @@ class Launcher {
   // under the round's key, the other agents see it within a poll and start the same new round.
   static std::string failureKey(int attempt) { return fmt::format("/agents/failed/{}", attempt); }
   void publishFailure(int attempt, const std::string& what) {
-    if (!coordinated()) return;
+    if (!coordinated() || store_lost_) return;  // the other nodes' workers fail on their own
     try {
       store_->set(failureKey(attempt), std::vector<uint8_t>(what.begin(), what.end()));
     } catch (const std::exception& e) {
-      say(fmt::format("cannot tell the other nodes through the store at {}:{}: {}", o_.master_addr,
-                      port_, e.what()));
+      storeLost(e);
     }
   }
   bool peerFailed(int attempt) {
@@ -198,16 +219,20 @@ class Launcher {
     try {
       return store_->check({failureKey(attempt)});
     } catch (const std::exception& e) {
-      // Node 0's agent is gone (its workers finished first, or it died): this node's workers
-      // finish or fail on their own, and their collectives name the ranks that went away.
-      store_lost_ = true;
-      const std::string msg = e.what();
-      say(
-          fmt::format("node {}'s agent lost the rendezvous store at {}:{} (node 0's agent hosts "
-                      "it); restarts are no longer coordinated: {}",
-                      o_.node_rank, o_.master_addr, port_, msg.substr(0, msg.find('\n'))));
+      // Node 0's agent is gone or out of reach: this node's workers finish or fail on their own
+      // (their watchdogs name the lost store), and a restart waits to reach it again.
+      storeLost(e);
       return false;
     }
+  }
+  void storeLost(const std::exception& e) {
+    if (store_lost_) return;
+    store_lost_ = true;
+    const std::string msg = e.what();
+    say(fmt::format(
+        "node {}'s agent lost the rendezvous store at {}:{} (node 0's agent hosts it): node 0 "
+        "stopped, or the network between this host and {} is down: {}",
+        o_.node_rank, o_.master_addr, port_, o_.master_addr, msg.substr(0, msg.find('\n'))));
   }
   // Waits up to a second for another node's failure of this round to be published.
   bool secondaryFailure(int attempt) {
@@ -216,7 +241,8 @@ class Launcher {
     while (true) {
       try {
         if (store_->check({failureKey(attempt)})) return true;
-      } catch (const std::exception&) {
+      } catch (const std::exception& e) {
+        storeLost(e);
         return false;
       }
       if (Clock::now() >= until) return false;
@@ -224,10 +250,151 @@ class Launcher {
     }
   }
   std::string peerFailure(int attempt) {
-    const auto v = store_->get(failureKey(attempt));
-    return std::string(v.begin(), v.end());
+    try {
+      const auto v = store_->get(failureKey(attempt));
+      return std::string(v.begin(), v.end());
+    } catch (const std::exception& e) {
+      storeLost(e);
+      return "failed|another node's worker failed";
+    }
+  }
+
+  // A node whose workers all finished says so; node 0's agent, which hosts the store, waits for
+  // every node's word (or a failure, up to --join-timeout) before it closes the store, so that
+  // no other node's agent or worker sees it vanish while it is still finishing.
+  void finishTogether(int attempt) {
+    if (!coordinated() || store_lost_) return;
+    const auto key = [attempt](int node) {
+      return fmt::format("/agents/done/{}/{}", attempt, node);
+    };
+    try {
+      store_->set(key(o_.node_rank), std::vector<uint8_t>{1});
+      if (o_.node_rank != 0) return;
+      const auto deadline = Clock::now() + std::chrono::seconds(o_.join_timeout_s);
+      for (int n = 1; n < o_.nnodes; ++n)
+        while (!store_->check({key(n)}) && !store_->check({failureKey(attempt)}) &&
+               !StopSignal::pending() && Clock::now() < deadline)
+          std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    } catch (const std::exception& e) {
+      storeLost(e);
+    }
+  }
+
+  // Before restart `round`, every node's agent says it is there and waits for all the others (up
+  // to --join-timeout): a node cut off from the network then does not make the rest spend their
+  // restarts while it is gone; the restart starts when it is back.
+  enum class Join { kJoined, kStopped, kTimedOut };
+  static std::string roundKey(int round, int node) {
+    return fmt::format("/agents/round/{}/{}", round, node);
+  }
+  Join joinRound(int round) {
+    const auto deadline = Clock::now() + std::chrono::seconds(o_.join_timeout_s);
+    bool said = false;
+    std::string missing;
+    while (true) {
+      if (StopSignal::pending()) return Join::kStopped;
+      try {
+        if (store_lost_) reconnectStore();
+        // Said every time: a set sent just before the connection broke may never have arrived.
+        store_->set(roundKey(round, o_.node_rank), std::vector<uint8_t>{1});
+        missing.clear();
+        for (int n = 0; n < o_.nnodes; ++n)
+          if (!store_->check({roundKey(round, n)}))
+            missing += (missing.empty() ? "" : ", ") + std::to_string(n);
+        if (missing.empty()) {
+          if (said) say("every node is back; restarting");
+          return Join::kJoined;
+        }
+      } catch (const std::exception& e) {
+        storeLost(e);
+      }
+      const std::string where = fmt::format("the rendezvous store at {}:{}", o_.master_addr, port_);
+      if (!said) {
+        say(store_lost_
+                ? fmt::format("cannot reach {} to rejoin for restart {}; trying for up to {} s "
+                              "(--join-timeout): is the network to {} down?",
+                              where, round, o_.join_timeout_s, o_.master_addr)
+                : fmt::format("waiting up to {} s (--join-timeout) for node(s) {} to rejoin "
+                              "before restart {}; a node that lost the network rejoins when it "
+                              "is back",
+                              o_.join_timeout_s, missing, round));
+        said = true;
+      }
+      if (Clock::now() >= deadline) {
+        say(store_lost_ ? fmt::format("{} was out of reach for {} s (--join-timeout); the job "
+                                      "failed",
+                                      where, o_.join_timeout_s)
+                        : fmt::format("node(s) {} did not rejoin within {} s (--join-timeout); "
+                                      "the job failed",
+                                      missing, o_.join_timeout_s));
+        return Join::kTimedOut;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+  }
+  // A new connection for an agent that lost node 0's store (never node 0's own: it hosts it).
+  void reconnectStore() {
+    if (o_.node_rank == 0) throw std::runtime_error("node 0's own store connection failed");
+    store_.reset();
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<uint16_t>(o_.master_port);
+    so.isServer = false;
+    so.timeout = std::chrono::seconds(1);  // short tries: a stop signal is seen between them
+    store_ = distributed::connectWithDeadline(o_.master_addr, so, kStoreDeadline);
+    store_lost_ = false;
+    say(fmt::format("node {}'s agent reached the rendezvous store at {}:{} again", o_.node_rank,
+                    o_.master_addr, port_));
   }
   bool coordinated() const { return o_.nnodes > 1 && store_; }
+
+  // The job's identity, in node 0's store: its --rdzv-id (generated there when not given), its
+  // node count and its world size, and which agent holds each node rank. An agent that does not
+  // match (another job's, a second --node-rank 1) is refused by name before it starts anything,
+  // and the running job does not notice it.
+  static constexpr const char* kJobKey = "/agents/job";
+  void joinJob() {
+    const std::string me = fmt::format("{} (pid {})", hostName(), ::getpid());
+    if (o_.node_rank == 0) {
+      if (o_.run_id.empty() || o_.run_id == "none") o_.run_id = randomId();
+      const std::string job =
+          fmt::format("{} {} {}", o_.run_id, o_.nnodes, static_cast<int64_t>(o_.nnodes) * nproc_);
+      store_->set(kJobKey, std::vector<uint8_t>(job.begin(), job.end()));
+    } else {
+      const auto v = store_->get(kJobKey);  // waits (the store's timeout) for node 0 to say it
+      std::istringstream in(std::string(v.begin(), v.end()));
+      std::string id;
+      int nnodes = 0;
+      in >> id >> nnodes;
+      const std::string where = fmt::format("{}:{}", o_.master_addr, port_);
+      if (!o_.run_id.empty() && o_.run_id != "none" && o_.run_id != id)
+        throw UsageError(fmt::format(
+            "--rdzv-id {} is not the id of the job at {} ({}): another job's rendezvous? Give "
+            "every node the same --rdzv-id, or a port of its own",
+            o_.run_id, where, id));
+      if (nnodes != o_.nnodes)
+        throw UsageError(
+            fmt::format("--nnodes {} does not match the job at {} (--nnodes {}, id {})", o_.nnodes,
+                        where, nnodes, id));
+      o_.run_id = id;
+    }
+    const std::vector<uint8_t> mine(me.begin(), me.end());
+    const auto holder = store_->compareSet(fmt::format("/agents/node/{}", o_.node_rank), {}, mine);
+    if (holder != mine)
+      throw UsageError(fmt::format(
+          "--node-rank {} is already taken in job {} at {}:{} by {}; each node's agent needs a "
+          "--node-rank of its own, 0..{}",
+          o_.node_rank, o_.run_id, o_.master_addr, port_, std::string(holder.begin(), holder.end()),
+          o_.nnodes - 1));
+  }
+  static std::string hostName() {
+    char name[256] = "?";
+    gethostname(name, sizeof name - 1);
+    return name;
+  }
+  static std::string randomId() {
+    std::random_device rd;
+    return fmt::format("{:08x}{:08x}", rd(), rd());
+  }
 
   void hostStore() {
     port_ = o_.master_port;
@@ -244,7 +411,7 @@ class Launcher {
     so.masterListenFd = distributed::listenOn(o_.master_addr, o_.master_port, o_.nnodes > 1);
     so.port = static_cast<uint16_t>(distributed::boundPort(*so.masterListenFd));
     try {
-      store_ = c10::make_intrusive<c10d::TCPStore>(o_.master_addr, so);
+      store_ = distributed::connectWithDeadline(o_.master_addr, so, kStoreDeadline);
     } catch (const c10::Error& e) {
       throw UsageError(
           fmt::format("{}:{} is already in use or cannot be bound: the launcher's rendezvous store "
@@ -337,7 +504,7 @@ class Launcher {
     so.isServer = false;
     so.timeout = std::chrono::seconds(120);
     try {
-      store_ = c10::make_intrusive<c10d::TCPStore>(o_.master_addr, so);
+      store_ = distributed::connectWithDeadline(o_.master_addr, so, kStoreDeadline);
     } catch (const c10::Error& e) {
       const std::string msg = e.what_without_backtrace();
       throw std::runtime_error(fmt::format(
@@ -354,6 +521,7 @@ class Launcher {
     while (true) {
       pump(100);
       reap();
+      closeSilent();
       if (StopSignal::pending()) return -1;
       bool done = true;
       for (auto& w : workers_) done = done && w.exited && !failed(w.status);
@@ -369,6 +537,19 @@ class Launcher {
       for (auto& w : workers_) all = all && w.exited && w.fd < 0;
       if (all) return -1;
     }
+  }
+
+  // Node 0's agent hosts the store: connections that never said a word are closed after a while
+  // (store_sockets.h), so that strays cannot pile up descriptors in it.
+  void closeSilent() {
+    if (o_.node_rank != 0 || !store_ || Clock::now() < next_silent_check_) return;
+    next_silent_check_ = Clock::now() + std::chrono::seconds(2);
+    const int n = distributed::closeSilentConnections(port_, std::chrono::seconds(10));
+    if (n > 0)
+      say(
+          fmt::format("closed {} connection(s) to the rendezvous store at {}:{} that said nothing "
+                      "for 10 s (not ltrain or c10d clients)",
+                      n, o_.master_addr, port_));
   }
 
   void stopAll(int sig) {
@@ -420,7 +601,7 @@ class Launcher {
   LaunchOptions o_;
   int nproc_ = 1, port_ = 0;
   c10::intrusive_ptr<c10d::TCPStore> store_;
-  Clock::time_point next_peer_check_{};
+  Clock::time_point next_peer_check_{}, next_silent_check_{};
   bool store_lost_ = false;
   std::vector<Worker> workers_;
   // From the first worker's start on (a signal before it ends the agent at once), SIGHUP too: a

@@ -49,6 +49,8 @@ std::map<std::string, std::string> workerEnv(const LaunchOptions& o, int nproc, 
       {"TORCHELASTIC_USE_AGENT_STORE", "True"},
       {"TORCHELASTIC_ERROR_FILE", error_file},
       {"LTRAIN_LAUNCHER", "1"},  // the launcher prefixes and logs the output: the worker need not
+      // The whole job's wall time, restarts and waits for lost nodes included (summary.json).
+      {"LTRAIN_JOB_START", fmt::format("{:.3f}", o.job_start_unix)},
   };
   // As torchrun: one intra-op thread per worker unless the user chose, when workers share a node.
   if (!omp_num_threads_set && nproc > 1) env["OMP_NUM_THREADS"] = "1";

@@ -123,7 +123,8 @@ void Reporter::summary(const SummaryReport& s) {
                 {"test_loss", s.test_loss},   {"train_loss", s.train_loss},
                 {"steps", s.steps},           {"epochs", s.epochs},
                 {"wall_s", s.wall_s},         {"samples_per_s", s.samples_per_s},
-                {"world_size", s.world_size}, {"skipped_steps", s.skipped_steps}};
+                {"world_size", s.world_size}, {"skipped_steps", s.skipped_steps},
+                {"restarts", s.restarts},     {"job_wall_s", s.job_wall_s}};
   if (s.val_perplexity) j["val_perplexity"] = *s.val_perplexity;
   if (s.first_step_wall_time) j["first_step_wall_time"] = *s.first_step_wall_time;
   if (s.peak_rss_mb) j["peak_rss_mb"] = *s.peak_rss_mb;

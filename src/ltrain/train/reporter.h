@@ -45,6 +45,10 @@ struct SummaryReport {
   double test_accuracy = 0, test_loss = 0, train_loss = 0;
   int64_t steps = 0, epochs = 0, world_size = 1, skipped_steps = 0;
   double wall_s = 0, samples_per_s = 0;
+  // The job's restarts so far, and its wall time since the launcher started it (restarts and
+  // waits for lost nodes included; wall_s without a launcher of ltrain's).
+  int64_t restarts = 0;
+  double job_wall_s = 0;
   std::optional<double> val_perplexity, first_step_wall_time, peak_rss_mb, optimizer_state_mb;
   std::optional<double> peak_cuda_memory_mb;  // the worst rank's, on CUDA
   std::optional<double> gradient_mb;          // the worst rank's gradients after the last step

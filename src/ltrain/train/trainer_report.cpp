@@ -37,6 +37,18 @@
 namespace ltrain::train {
 namespace {
 
+// Seconds since ltrain's launcher started the job (LTRAIN_JOB_START, Unix time), restarts and
+// waits included; this attempt's `wall_s` when another launcher (or none) started it.
+double jobWallSeconds(double wall_s) {
+  const char* start = std::getenv("LTRAIN_JOB_START");
+  char* end = nullptr;
+  const double t0 = start ? std::strtod(start, &end) : 0;
+  if (!start || end == start || t0 <= 0) return wall_s;
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  return std::max(wall_s, now - t0);
+}
+
 // metrics.jsonl's aux_loss (the routers' load-balancing loss, unweighted, averaged over the
 // window's steps and the ranks) and expert_load_max_over_mean: over the window's tokens, the
 // busiest expert's share against an even one, in the least even layer (1: perfectly balanced).
@@ -271,6 +283,8 @@ void Trainer::writeSummary(const std::string& status, double wall_s, double samp
   s.steps = state_.step, s.epochs = state_.epoch, s.world_size = rt_.world_size;
   s.skipped_steps = totals_.skipped;
   s.wall_s = wall_s, s.samples_per_s = samples_per_s;
+  s.restarts = rt_.restart_count;
+  s.job_wall_s = jobWallSeconds(wall_s);
   // Language models: the validation split's loss (test_loss above) as perplexity too.
   if (languageModel(splits_.test) && last_eval_step_ >= 0)
     s.val_perplexity = std::exp(last_eval_.loss);
