@@ -8,11 +8,13 @@
 #include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
 #include <ctime>
 #include <filesystem>
 #include <iostream>
+#include <sstream>
 
 #include "ltrain/common/allocator.h"
 #include "ltrain/io/error_report.h"
@@ -49,7 +51,7 @@ struct Args {
   std::string nproc;      // train --nproc-per-node: run through the launcher
   bool multirun = false;  // train -m: the overrides' lists and ranges make a sweep
   int64_t parallel = 1;
-  std::string sweep_file, runs_dir;
+  std::string sweep_file, runs_dir, runs_html;
   std::string run_dir, tokenizer, hf_dir, peft_dir, prompt;  // generate, export
   ltrain::models::SamplingOptions sampling;
   ltrain::launch::LaunchOptions launch;
@@ -232,6 +234,18 @@ std::string outOfMemoryOr(const std::string& message) {
   return oom.empty() ? message : oom;
 }
 
+// LTRAIN_TEST_OVERRIDES="KEY=VALUE ...": a test hook, added after `train`'s own overrides (and so
+// to a sweep's trials and a launcher's workers, which inherit it), so that tests/readme/ runs
+// README's commands as written at a test's size.
+void addTestOverrides(std::vector<std::string>& overrides) {
+  const char* env = std::getenv("LTRAIN_TEST_OVERRIDES");
+  if (!env) return;
+  std::istringstream in(env);
+  for (std::string kv; in >> kv;)  // a launcher's workers get them on their command line too
+    if (std::find(overrides.begin(), overrides.end(), kv) == overrides.end())
+      overrides.push_back(kv);
+}
+
 int fail(int code, const std::string& message) {
   ltrain::reportError(message);
   return code;
@@ -305,6 +319,8 @@ int main(int argc, char** argv) {
 
   auto* runs = app.add_subcommand("runs", "List the runs below a directory with their metrics");
   runs->add_option("dir", a.runs_dir, "Directory to search (e.g. runs/)")->required();
+  runs->add_option("--html", a.runs_html,
+                   "Also write this page: every run linked to its report.html, their losses");
 
   auto* config = app.add_subcommand("config", "Print the resolved config as YAML");
   config->add_option("config", a.config, "Experiment config (YAML)");
@@ -432,13 +448,17 @@ int main(int argc, char** argv) {
   }
 
   try {
-    if (app.got_subcommand(train)) return a.multirun ? cmdMultirun(a) : cmdTrain(a);
+    if (app.got_subcommand(train)) {
+      if (a.multirun) return cmdMultirun(a);
+      addTestOverrides(a.overrides);
+      return cmdTrain(a);
+    }
     if (app.got_subcommand(sweep)) {
       auto spec = ltrain::sweep::loadSweepFile(a.sweep_file, a.output_dir);
       return ltrain::sweep::runSweep(spec, selfExe());
     }
     if (app.got_subcommand(runs)) {
-      std::cout << ltrain::sweep::listRuns(a.runs_dir);
+      std::cout << ltrain::sweep::listRuns(a.runs_dir, a.runs_html);
       return 0;
     }
     if (app.got_subcommand(launch)) return ltrain::launch::runLauncher(lo);

@@ -105,3 +105,37 @@ TEST_CASE("a sweep leaves sweep_report.html: trials ranked, linked, the metric b
   CHECK(points == 3);
   CHECK_THAT(browserDom(dir / "sweep/sweep_report.html"), Contains("3 points drawn"));
 }
+
+TEST_CASE("ltrain runs --html: every run linked to its report, their losses in one chart",
+          "[browser]") {
+  TempDir dir;
+  writeText(dir / "c.yaml", "seed: 1\n");
+  for (const std::string lr : {"0.1", "0.01"}) {
+    auto args = ltrain::test::syntheticRun(dir / "c.yaml", dir / ("runs/lr" + lr),
+                                           {"optimizer.lr=" + lr, "train.epochs=1"});
+    auto r = runLtrain(args);
+    INFO(r.out << r.err);
+    REQUIRE(r.exit_code == 0);
+  }
+  auto r = runLtrain({"runs", dir / "runs", "--html", dir / "index.html"});
+  INFO(r.out << r.err);
+  REQUIRE(r.exit_code == 0);
+  CHECK_THAT(r.out, Contains("lr0.1"));  // the table is printed as before
+  const std::string html = readText(dir / "index.html");
+  CHECK_THAT(html, Contains("2 run(s)"));
+  CHECK_THAT(html, Contains("href=\"runs/lr0.1/report.html\""));
+  CHECK_THAT(html, Contains("href=\"runs/lr0.01/report.html\""));
+  // 256 examples of batch 32, logged every 2 steps: 4 points a run.
+  const int points = pointsInSource(html);
+  CHECK(points == 2 * 4);
+  CHECK_THAT(browserDom(dir / "index.html"), Contains(std::to_string(points) + " points drawn"));
+  // Written again over its own page; a file of the user's is kept and named.
+  CHECK(runLtrain({"runs", dir / "runs", "--html", dir / "index.html"}).exit_code == 0);
+  writeText(dir / "notes.html", "<p>mine</p>\n");
+  auto foreign = runLtrain({"runs", dir / "runs", "--html", dir / "notes.html"});
+  CHECK(foreign.exit_code == 2);
+  CHECK_THAT(foreign.err, Contains("'" + (dir / "notes.html") +
+                                   "' exists and ltrain did not "
+                                   "write it: not replacing it"));
+  CHECK(readText(dir / "notes.html") == "<p>mine</p>\n");
+}

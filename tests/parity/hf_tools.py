@@ -77,7 +77,7 @@ def make_qwen3(d, args):
     # head_dim 16 with 4 heads of a 32-wide model: Qwen3's heads are wider than hidden / heads.
     cfg = Qwen3Config(vocab_size=value(args, "--vocab", 64), hidden_size=32, intermediate_size=80,
                       num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                      max_position_embeddings=128, rms_norm_eps=1e-6, rope_theta=1000000.0,
+                      max_position_embeddings=value(args, "--positions", 128), rms_norm_eps=1e-6, rope_theta=1000000.0,
                       tie_word_embeddings=flag(args, "--tied"), bos_token_id=None, eos_token_id=None)
     model = Qwen3ForCausalLM(cfg)
     perturb_norms(model)

@@ -429,7 +429,7 @@ int runSweep(const SweepSpec& spec, const std::string& self_exe) {
   return r.run();
 }
 
-std::string listRuns(const std::string& dir) {
+std::string listRuns(const std::string& dir, const std::string& html) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec))
     throw UsageError(fmt::format("runs: '{}' is not a directory", dir));
@@ -460,6 +460,20 @@ std::string listRuns(const std::string& dir) {
                        metricText(o, "test_loss"), metricText(o, "wall_s"));
   }
   if (runs.empty()) out += "(no runs below " + dir + ")\n";
+  if (!html.empty()) {
+    std::vector<train::RunsReportRow> rows;
+    for (const auto& r : runs) {
+      Outcome o = readOutcome(r);
+      train::RunsReportRow row;
+      row.run_dir = r;
+      row.status = o.status == "pending" ? "unfinished" : o.status;
+      for (const char* m : {"steps", "test_accuracy", "test_loss", "wall_s"})
+        row.columns.emplace_back(m, metricText(o, m));
+      rows.push_back(std::move(row));
+    }
+    train::writeRunsReport(dir, rows, html);
+    out += "wrote " + html + "\n";
+  }
   return out;
 }
 

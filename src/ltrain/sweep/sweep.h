@@ -35,6 +35,8 @@ SweepSpec loadSweepFile(const std::string& path, const std::string& output_dir_f
 int runSweep(const SweepSpec& spec, const std::string& self_exe);
 
 // `ltrain runs DIR`: every run directory below DIR with its status and key metrics, as a table.
-std::string listRuns(const std::string& dir);
+// With `html` not empty, also that page (train/run_report.h: writeRunsReport), every run linked
+// to its report.html; a file there that ltrain did not write is refused, and kept.
+std::string listRuns(const std::string& dir, const std::string& html = "");
 
 }  // namespace ltrain::sweep

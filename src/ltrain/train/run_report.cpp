@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 
+#include "ltrain/common/errors.h"
 #include "ltrain/io/files.h"
 #include "ltrain/io/json.h"
 
@@ -116,9 +117,12 @@ document.getElementById('drawn').textContent=drawn+' points drawn';
 </script>
 )";
 
+// Marks ltrain's pages: `runs --html` replaces only a file that carries it.
+constexpr const char* kGenerator = R"(<meta name="generator" content="ltrain">)";
+
 std::string page(const std::string& title, const std::string& body) {
-  return "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>" +
-         escape(title) + "</title>\n" + kStyle + "</head><body>\n" + body +
+  return std::string("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">") +
+         kGenerator + "<title>" + escape(title) + "</title>\n" + kStyle + "</head><body>\n" + body +
          "<p class=\"tick\" id=\"drawn\"></p>\n" + kDrawnScript + "</body></html>\n";
 }
 
@@ -286,6 +290,50 @@ void writeSweepReport(const std::string& dir, const std::string& metric,
     body += chart(metric + " by " + keys[k], decades ? "log10 " + keys[k] : keys[k], {s});
   }
   io::writeFileAtomic(dir + "/sweep_report.html", page("ltrain sweep", body));
+}
+
+void writeRunsReport(const std::string& dir, const std::vector<RunsReportRow>& rows,
+                     const std::string& out) {
+  std::error_code ec;
+  if (fs::exists(out, ec) &&
+      (!fs::is_regular_file(out, ec) || io::readFile(out).find(kGenerator) == std::string::npos))
+    throw UsageError(fmt::format(
+        "runs --html: '{}' exists and ltrain did not write it: not replacing it (name another "
+        "file)",
+        out));
+  const fs::path out_dir = fs::absolute(out, ec).parent_path();
+  std::string body =
+      fmt::format("<h1>ltrain runs below {}</h1>\n<p>{} run(s)</p>\n", escape(dir), rows.size());
+  body += "<table><tr><th>run</th><th>status</th>";
+  if (!rows.empty())
+    for (const auto& [name, v] : rows.front().columns) body += "<th>" + escape(name) + "</th>";
+  body += "<th>report</th></tr>\n";
+  // The training loss of each run, one line per run (the first ten: a legend stays readable).
+  std::vector<Series> losses;
+  for (const auto& r : rows) {
+    std::string name = fs::relative(r.run_dir, dir, ec).string();
+    if (name.empty() || name == ".") name = fs::path(r.run_dir).filename().string();
+    body += fmt::format("<tr><td>{}</td><td class=\"{}\">{}</td>", escape(name), escape(r.status),
+                        escape(r.status));
+    for (const auto& [k, v] : r.columns) body += "<td>" + escape(v) + "</td>";
+    const fs::path report = fs::path(r.run_dir) / "report.html";
+    body += fs::exists(report, ec)
+                ? fmt::format("<td><a href=\"{}\">report</a></td></tr>\n",
+                              escape(fs::relative(fs::absolute(report, ec), out_dir, ec).string()))
+                : std::string("<td>-</td></tr>\n");
+    if (losses.size() >= 10) continue;
+    Series s{name, {}};
+    std::ifstream metrics(fs::path(r.run_dir) / "metrics.jsonl");
+    for (std::string line; std::getline(metrics, line);) {
+      const auto j = io::parseJsonOrDiscard(line);
+      if (j.is_object() && j.value("split", "") == "train" && j.contains("step") &&
+          j.contains("loss") && j["loss"].is_number() && std::isfinite(j["loss"].get<double>()))
+        s.points.emplace_back(j["step"].get<double>(), j["loss"].get<double>());
+    }
+    losses.push_back(std::move(s));
+  }
+  body += "</table>\n<h2>Training loss</h2>\n" + chart("train loss", "step", losses);
+  io::writeFileAtomic(out, page("ltrain runs", body));
 }
 
 }  // namespace ltrain::train

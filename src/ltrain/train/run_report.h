@@ -25,4 +25,15 @@ struct SweepReportRow {
 void writeSweepReport(const std::string& dir, const std::string& metric,
                       const std::vector<SweepReportRow>& rows);
 
+struct RunsReportRow {
+  std::string run_dir;  // as found below the listed directory
+  std::string status;
+  std::vector<std::pair<std::string, std::string>> columns;  // name -> value as printed
+};
+
+// Writes `out`: every run of `ltrain runs DIR` in a table linked to its report.html, and their
+// training losses in one chart. UsageError when `out` is a file ltrain did not write (kept).
+void writeRunsReport(const std::string& dir, const std::vector<RunsReportRow>& rows,
+                     const std::string& out);
+
 }  // namespace ltrain::train
