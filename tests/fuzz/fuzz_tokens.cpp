@@ -1,7 +1,8 @@
 // libFuzzer target: the language-model inputs users bring, a token shard (llm.c's header or
-// nanoGPT's raw uint16) and a tokenizer.json (byte-level BPE). Rejections must be UsageErrors;
-// an accepted shard's size must be its header plus its tokens, and every block gathered from it
-// must be its tokens; an accepted tokenizer must encode text to ids inside its vocabulary.
+// nanoGPT's raw uint16), a tokenizer.json (BPE) and a SentencePiece tokenizer.model (protobuf).
+// Rejections must be UsageErrors; an accepted shard's size must be its header plus its tokens, and
+// every block gathered from it must be its tokens; an accepted tokenizer must encode text to ids
+// inside its vocabulary.
 #include <torch/torch.h>
 
 #include <cstdint>
@@ -53,11 +54,13 @@ void fuzzTokenizer(const std::string& path) {
 
 }  // namespace
 
-// The first byte chooses: even, a shard; odd, a tokenizer.json.
+// The first byte chooses: even, a shard; 5 modulo 8, a tokenizer.model; else a tokenizer.json.
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
   if (data[0] % 2 == 0)
     fuzzShard(ltrain::fuzz::writeScratch(data + 1, size - 1, ".bin"));
+  else if (data[0] % 8 == 5)
+    fuzzTokenizer(ltrain::fuzz::writeScratch(data + 1, size - 1, ".model"));
   else
     fuzzTokenizer(ltrain::fuzz::writeScratch(data + 1, size - 1, ".json"));
   return 0;

@@ -350,6 +350,29 @@ def make_sp_tokenizer(out, vocab, files):
     build(True).save(os.path.join(out, "legacy.json"))
 
 
+def make_sp_model(out, vocab, files):
+    # A SentencePiece BPE model as Llama 2's tokenizer.model is made: the identity normalizer,
+    # spaces kept as they are, byte fallback, digits split, pieces of spaces alone allowed.
+    import sentencepiece as spm
+    os.makedirs(out, exist_ok=True)
+    spm.SentencePieceTrainer.train(input=",".join(files), model_prefix=os.path.join(out, "tokenizer"),
+                                   vocab_size=int(vocab), model_type="bpe", byte_fallback=True,
+                                   character_coverage=0.995, normalization_rule_name="identity",
+                                   remove_extra_whitespaces=False, allow_whitespace_only_pieces=True,
+                                   split_digits=True, minloglevel=2)
+
+
+def sp_encode_decode(model, textfile):
+    # One JSON line per line of text: <s> and the ids sentencepiece gives it (as transformers'
+    # Llama tokenizer adds <s>), and those ids decoded by sentencepiece.
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=model)
+    with open(textfile, encoding="utf-8") as f:
+        for line in f.read().split("\n"):
+            ids = [sp.bos_id()] + sp.encode(line.replace("\\n", "\n"))
+            print(json.dumps({"ids": ids, "text": sp.decode(ids)}))
+
+
 def encode_decode(tokenizer, textfile):
     # One JSON line per line of text: its ids, and those ids decoded, by tokenizers.
     from tokenizers import Tokenizer
@@ -419,6 +442,10 @@ def main():
         encode(*args)
     elif cmd == "make-sp-tokenizer":
         make_sp_tokenizer(args[0], args[1], args[2:])
+    elif cmd == "make-sp-model":
+        make_sp_model(args[0], args[1], args[2:])
+    elif cmd == "sp-encode-decode":
+        sp_encode_decode(*args)
     elif cmd == "encode-decode":
         encode_decode(*args)
     elif cmd == "eager-vs-transformers":

@@ -121,6 +121,47 @@ TEST_CASE(
   }
 }
 
+TEST_CASE("a SentencePiece tokenizer.model encodes and decodes as sentencepiece does",
+          "[parity][hf]") {
+  TempDir dir;
+  // As above: leading, doubled and trailing spaces (SentencePiece's prefix goes before them all),
+  // byte fallback, and special tokens' text, which SentencePiece reads as plain characters.
+  const std::vector<std::string> lines{"A fortune a day keeps the doctor away.",
+                                       "Don't panic!  It's 42 -- or 1234567, isn't it?",
+                                       "  leading spaces, double  spaces and trailing   ",
+                                       "Ünïcödé \xe2\x82\xac 100 \xf0\x9f\x98\x80 emoji 漢字",
+                                       "line one\nline two\n\n  indented",
+                                       "</s>after a special token, and <s> inside",
+                                       ""};
+  writeLines(dir / "lines.txt", lines);
+  auto made = runProcess({LTRAIN_PYTHON, kTools, "make-sp-model", dir / "sp", "400", kCorpus});
+  INFO(made.err);
+  REQUIRE(made.exit_code == 0);
+  const std::string model = dir / "sp/tokenizer.model";
+  auto theirs = runProcess({LTRAIN_PYTHON, kTools, "sp-encode-decode", model, dir / "lines.txt"});
+  INFO(theirs.err);
+  REQUIRE(theirs.exit_code == 0);
+  auto codec = ltrain::data::loadCodec(model);
+  CHECK(codec->vocabSize() == 400);
+  std::istringstream expected(theirs.out);
+  std::string line;
+  for (const auto& l : lines) {
+    INFO(l);
+    REQUIRE(std::getline(expected, line));
+    const auto j = ltrain::io::Json::parse(line);
+    const auto ids = codec->encode(l);
+    CHECK(ids == j["ids"].get<std::vector<int64_t>>());
+    CHECK(codec->decode(ids) == j["text"].get<std::string>());
+  }
+  // A model that normalizes its text (sentencepiece's default, NFKC) is refused by name.
+  auto nfkc =
+      runProcess({LTRAIN_PYTHON, kTools, "make-sp-tokenizer", dir / "nfkc", "400", kCorpus});
+  REQUIRE(nfkc.exit_code == 0);
+  CHECK_THROWS_WITH(ltrain::data::loadCodec(dir / "nfkc/tokenizer.model"),
+                    Contains("tokenizer.model': normalizer 'nmt_nfkc' (Unicode normalization "
+                             "ltrain does not apply)"));
+}
+
 TEST_CASE("text runs' vocabularies encode prompts and refuse characters they do not have") {
   TempDir dir;
   ltrain::data::Vocabulary v;
@@ -151,10 +192,8 @@ TEST_CASE("tokenizer files ltrain does not implement are refused by name") {
                 "normalizer": {"type": "NFKC"}, "pre_tokenizer": {"type": "Metaspace"}})");
   CHECK_THROWS_WITH(ltrain::data::loadCodec(dir / "nfkc.json"), Contains("normalizer 'NFKC'"));
   writeText(dir / "tokenizer.model", "a SentencePiece model");
-  CHECK_THROWS_WITH(
-      ltrain::data::loadCodec(dir / "tokenizer.model"),
-      Contains("tokenizer.model' is a SentencePiece model, which ltrain does not read "
-               "yet: use the model's tokenizer.json"));
+  CHECK_THROWS_WITH(ltrain::data::loadCodec(dir / "tokenizer.model"),
+                    Contains("tokenizer.model' is not a SentencePiece model"));
   writeText(dir / "other.json", R"({"hello": 1})");
   CHECK_THROWS_WITH(ltrain::data::loadCodec(dir / "other.json"),
                     Contains("is neither a vocabulary.json of ltrain's nor a tokenizer.json"));

@@ -16,10 +16,13 @@
 #include <algorithm>
 #include <climits>
 #include <map>
+#include <set>
+#include <tuple>
 #include <unordered_map>
 
 #include "ltrain/common/errors.h"
 #include "ltrain/data/codec.h"
+#include "ltrain/data/sentencepiece_model.h"
 #include "ltrain/data/utf8.h"
 #include "ltrain/io/json.h"
 
@@ -115,8 +118,83 @@ class Regex {
 
 class Bpe final : public TextCodec {
  public:
-  explicit Bpe(const std::string& path) : path_(path) {
-    const io::Json j = io::readJsonFile(path);
+  explicit Bpe(const std::string& path) : Bpe(io::readJsonFile(path), path) {}
+
+  // A SentencePiece model, laid out as transformers' LlamaConverter lays it out in a
+  // tokenizer.json, then run as SentencePiece runs it: the space prefix always (a tokenizer.json's
+  // Metaspace skips it before a leading space), no special token read out of the text, and the
+  // control tokens (<s>, </s>) left out of decoded text.
+  static std::unique_ptr<Bpe> fromSentencePiece(const SentencePieceModel& m,
+                                                const std::string& path) {
+    auto refuse = [&](const std::string& what) {
+      return UsageError(fmt::format(
+          "'{}': {}; ltrain reads SentencePiece BPE models with the identity normalizer, as "
+          "Llama 2's and Mistral's tokenizer.model",
+          path, what));
+    };
+    static const char* kinds[] = {"?", "unigram", "BPE", "word", "char"};
+    if (m.model_type != 2)
+      throw refuse(fmt::format("a SentencePiece {} model",
+                               kinds[m.model_type >= 1 && m.model_type <= 4 ? m.model_type : 0]));
+    if ((m.normalizer != "identity" && !m.normalizer.empty()) || m.has_charsmap)
+      throw refuse(fmt::format("normalizer '{}' (Unicode normalization ltrain does not apply)",
+                               m.normalizer));
+    if (m.remove_extra_whitespaces) throw refuse("remove_extra_whitespaces (spaces collapsed)");
+    if (!m.escape_whitespaces || m.treat_whitespace_as_suffix)
+      throw refuse("spaces not escaped as U+2581 prefixes");
+    io::Json vocab = io::Json::object(), merges = io::Json::array(), added = io::Json::array();
+    for (size_t i = 0; i < m.pieces.size(); ++i) vocab[m.pieces[i].text] = i;
+    // The merges as transformers' SentencePieceExtractor reads them off the pieces: each piece in
+    // id order (SentencePiece's BPE scores fall with the id), split every way into two pieces.
+    for (const auto& p : m.pieces) {
+      if (p.type != SentencePieceModel::kNormal) continue;
+      std::vector<std::tuple<int64_t, int64_t, std::string, std::string>> splits;
+      for (size_t k = 1; k < p.text.size(); ++k) {
+        if ((static_cast<unsigned char>(p.text[k]) & 0xc0) == 0x80) continue;  // mid-character
+        const auto a = vocab.find(p.text.substr(0, k)), b = vocab.find(p.text.substr(k));
+        if (a != vocab.end() && b != vocab.end())
+          splits.emplace_back(a->get<int64_t>(), b->get<int64_t>(), a.key(), b.key());
+      }
+      std::sort(splits.begin(), splits.end());
+      for (const auto& s : splits) merges.push_back({std::get<2>(s), std::get<3>(s)});
+    }
+    for (size_t i = 0; i < m.pieces.size(); ++i)
+      if (m.pieces[i].type == SentencePieceModel::kUserDefined)  // matched whole, as added tokens
+        added.push_back({{"id", i}, {"content", m.pieces[i].text}});
+    const auto piece = [&](int64_t id) {
+      return id >= 0 && id < static_cast<int64_t>(m.pieces.size()) ? m.pieces[id].text : "";
+    };
+    io::Json j = {{"model",
+                   {{"type", "BPE"},
+                    {"vocab", vocab},
+                    {"merges", merges},
+                    {"byte_fallback", m.byte_fallback},
+                    {"fuse_unk", true},
+                    {"unk_token", piece(m.unk_id)}}},
+                  {"added_tokens", added},
+                  {"pre_tokenizer",
+                   {{"type", "Metaspace"},
+                    {"replacement", kMeta},
+                    {"prepend_scheme", m.add_dummy_prefix ? "first" : "never"},
+                    {"split", false}}},
+                  {"decoder",
+                   {{"type", "Sequence"},
+                    {"decoders", io::Json::array({{{"type", "Strip"},
+                                                   {"content", " "},
+                                                   {"start", m.add_dummy_prefix ? 1 : 0},
+                                                   {"stop", 0}}})}}}};
+    auto bpe = std::make_unique<Bpe>(j, path);
+    if (m.add_dummy_prefix) bpe->prepend_ = Prepend::kAlwaysFirst;
+    if (m.bos_id >= 0 && !piece(m.bos_id).empty())  // Llama's <s> first, as transformers adds it
+      bpe->template_ = {{piece(m.bos_id), {m.bos_id}}, {"", {}}};
+    for (size_t i = 0; i < m.pieces.size(); ++i)
+      if (m.pieces[i].type == SentencePieceModel::kControl ||
+          m.pieces[i].type == SentencePieceModel::kUnknown)
+        bpe->silent_ids_.insert(static_cast<int64_t>(i));
+    return bpe;
+  }
+
+  Bpe(const io::Json& j, const std::string& path) : path_(path) {
     auto refuse = [&](const std::string& what) {
       return UsageError(fmt::format(
           "tokenizer file '{}': {} (ltrain reads byte-level BPE tokenizers, as GPT-2's, Llama "
@@ -405,7 +483,8 @@ class Bpe final : public TextCodec {
     for (char c : piece) c == ' ' ? text += kMeta : text += c;
     const bool starts = text.rfind(kMeta, 0) == 0;
     if (prepend_ == Prepend::kEachPiece || (prepend_ == Prepend::kAlways && !starts) ||
-        (prepend_ == Prepend::kFirst && at_start && !starts))
+        (prepend_ == Prepend::kFirst && at_start && !starts) ||
+        (prepend_ == Prepend::kAlwaysFirst && at_start))
       text.insert(0, kMeta);
     if (!split_metaspace_) return encodeCharacters(text, ids);
     // Each U+2581 starts a word (MergedWithNext).
@@ -477,7 +556,7 @@ class Bpe final : public TextCodec {
         continue;
       }
       auto t = by_id_.find(id);
-      if (t == by_id_.end()) continue;
+      if (t == by_id_.end() || silent_ids_.count(id)) continue;
       const std::string& tok = t->second;
       if (tok.size() == 6 && tok.rfind("<0x", 0) == 0 && tok[5] == '>') {
         bytes += static_cast<char>(std::stoi(tok.substr(3, 2), nullptr, 16));
@@ -498,12 +577,15 @@ class Bpe final : public TextCodec {
   }
 
   static inline const std::string kMeta = "\xe2\x96\x81";  // U+2581, SentencePiece's space
-  enum class Prepend { kNever, kFirst, kAlways, kEachPiece };
+  // kAlwaysFirst: SentencePiece's own add_dummy_prefix, before the text even where it starts with
+  // a space.
+  enum class Prepend { kNever, kFirst, kAlways, kEachPiece, kAlwaysFirst };
 
   std::string path_;
   std::unordered_map<std::string, int64_t> vocab_;
   std::unordered_map<int64_t, std::string> by_id_, added_by_id_;
   std::unordered_map<std::string, int> ranks_;
+  std::set<int64_t> silent_ids_;  // left out of decoded text (SentencePiece's control tokens)
   std::vector<std::pair<std::string, int64_t>> added_;
   std::vector<std::unique_ptr<Regex>> patterns_;
   std::vector<std::pair<std::string, std::vector<int64_t>>> template_;  // "" = the text
@@ -522,6 +604,10 @@ std::unique_ptr<TextCodec> loadBpe(const std::string& path) {
   } catch (const io::Json::exception& e) {  // a field of the wrong type, found by fuzz_tokens
     throw UsageError(fmt::format("tokenizer file '{}' is malformed: {}", path, e.what()));
   }
+}
+
+std::unique_ptr<TextCodec> loadSentencePiece(const std::string& path) {
+  return Bpe::fromSentencePiece(readSentencePieceModel(path), path);
 }
 
 int64_t tokenizerVocabSize(const std::string& path) {

@@ -76,13 +76,8 @@ std::string vocabularyJson(const Vocabulary& v) {
 }
 
 std::unique_ptr<TextCodec> loadCodec(const std::string& path) {
-  // Linking Debian's libsentencepiece into ltrain hangs LibTorch's TorchScript interpreter (a
-  // lock in c10's event logging never released): a tokenizer.json is read instead.
   if (path.size() > 6 && path.compare(path.size() - 6, 6, ".model") == 0)
-    throw UsageError(fmt::format(
-        "'{}' is a SentencePiece model, which ltrain does not read yet: use the model's "
-        "tokenizer.json (transformers writes one with save_pretrained)",
-        path));
+    return loadSentencePiece(path);
   const io::Json j = io::readJsonFile(path);
   if (j.is_object() && j.contains("model")) return loadBpe(path);
   if (!j.is_object() || !j.contains("tokenizer"))

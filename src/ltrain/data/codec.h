@@ -21,11 +21,14 @@ class TextCodec {
   virtual int64_t vocabSize() const = 0;
 };
 
-// vocabulary.json (a text run's) or tokenizer.json (BPE); UsageError naming the file when it is
-// neither (a SentencePiece .model included) or uses what ltrain does not implement.
+// vocabulary.json (a text run's), tokenizer.json (BPE) or a SentencePiece .model; UsageError
+// naming the file when it is none of them or uses what ltrain does not implement.
 std::unique_ptr<TextCodec> loadCodec(const std::string& path);
 // The BPE of a tokenizer.json.
 std::unique_ptr<TextCodec> loadBpe(const std::string& path);
+// A SentencePiece tokenizer.model (BPE, identity normalizer: Llama 2's, Mistral's), encoding and
+// decoding as the sentencepiece library does, with <s> first as transformers adds it.
+std::unique_ptr<TextCodec> loadSentencePiece(const std::string& path);
 // The JSON a text run writes as vocabulary.json: {"tokenizer": "char", "chars": [...]} or
 // {"tokenizer": "byte"}.
 std::string vocabularyJson(const Vocabulary& v);

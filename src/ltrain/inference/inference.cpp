@@ -47,7 +47,8 @@ std::string runDirOf(const std::string& weights) {
 }
 
 // The first that exists: --tokenizer; the run's vocabulary.json or tokenizer.json;
-// model.init_from's or data.path's tokenizer.json.
+// model.init_from's tokenizer.json or tokenizer.model (SentencePiece's); data.path's
+// tokenizer.json.
 std::string findTokenizer(const InferenceRequest& req, const config::ExperimentConfig& cfg,
                           const std::string& run_dir) {
   std::error_code ec;
@@ -59,8 +60,10 @@ std::string findTokenizer(const InferenceRequest& req, const config::ExperimentC
   std::vector<fs::path> candidates;
   if (!run_dir.empty())
     candidates = {fs::path(run_dir) / "vocabulary.json", fs::path(run_dir) / "tokenizer.json"};
-  if (config::isHfModelDir(cfg.model.init_from))
+  if (config::isHfModelDir(cfg.model.init_from)) {
     candidates.push_back(fs::path(cfg.model.init_from) / "tokenizer.json");
+    candidates.push_back(fs::path(cfg.model.init_from) / "tokenizer.model");
+  }
   if (cfg.data.dataset == "tokens" || cfg.data.dataset == "chat")
     candidates.push_back(fs::path(cfg.data.path) / "tokenizer.json");
   for (const auto& c : candidates)
