@@ -221,6 +221,13 @@ std::vector<std::string> withFlag(std::vector<std::string> argv, const std::stri
   return argv;
 }
 
+// Agent `node` of a two-node job that may restart twice.
+std::vector<std::string> restartingAgent(const TwoNodes& nodes, int node, int port,
+                                         const std::vector<std::string>& args) {
+  return withFlag(agent(node == 0 ? nodes.a : nodes.b, node, nodes.addr_a, port, args),
+                  "--max-restarts", "2");
+}
+
 TEST_CASE("a node cut off from the network is gone within the timeout, naming the host it lost",
           "[dist]") {
   TwoNodes nodes;
@@ -263,12 +270,8 @@ TEST_CASE("an agent waiting for a node cut off from the network obeys SIGTERM at
   ltrain::test::writeText(dir / "c.yaml", "seed: 8\n");
   const int port = 29400 + getpid() % 500 + 4;
   auto args = longRun(dir / "c.yaml", dir / "run");
-  auto restarting = [&](int node) {
-    return withFlag(agent(node == 0 ? nodes.a : nodes.b, node, nodes.addr_a, port, args),
-                    "--max-restarts", "2");
-  };
-  ltrain::test::BackgroundProcess n0(restarting(0));
-  ltrain::test::BackgroundProcess n1(restarting(1));
+  ltrain::test::BackgroundProcess n0(restartingAgent(nodes, 0, port, args));
+  ltrain::test::BackgroundProcess n1(restartingAgent(nodes, 1, port, args));
   waitForSteps(dir / "run", 5);
   nodes.cut();
   // Both agents are past their workers' failure by then, each waiting for the other to rejoin.
@@ -301,12 +304,8 @@ TEST_CASE("a restart waits for a node cut off for longer than the timeout, and t
   ltrain::test::writeText(dir / "c.yaml", "seed: 8\n");
   const int port = 29400 + getpid() % 500 + 5;
   auto args = longRun(dir / "c.yaml", dir / "run");
-  auto restarting = [&](int node) {
-    return withFlag(agent(node == 0 ? nodes.a : nodes.b, node, nodes.addr_a, port, args),
-                    "--max-restarts", "2");
-  };
-  ltrain::test::BackgroundProcess n0(restarting(0));
-  ltrain::test::BackgroundProcess n1(restarting(1));
+  ltrain::test::BackgroundProcess n0(restartingAgent(nodes, 0, port, args));
+  ltrain::test::BackgroundProcess n1(restartingAgent(nodes, 1, port, args));
   waitForSteps(dir / "run", 25);  // past the checkpoint of step 20
   nodes.cut();
   // Twice dist.timeout_s: both nodes' workers fail, and the restart must wait for node B.

@@ -34,6 +34,34 @@ void writeLines(const std::string& path, const std::vector<std::string>& lines) 
   writeText(path, text);
 }
 
+// The lines of SentencePiece's tests: spaces where the prefix and "\u2581" matter (leading,
+// doubled, trailing), characters the vocabulary lacks (byte fallback: the euro sign, the emoji,
+// CJK), and special tokens' text.
+const std::vector<std::string> kSpaceLines{"A fortune a day keeps the doctor away.",
+                                           "Don't panic!  It's 42 -- or 1234567, isn't it?",
+                                           "  leading spaces, double  spaces and trailing   ",
+                                           "Ünïcödé \xe2\x82\xac 100 \xf0\x9f\x98\x80 emoji 漢字",
+                                           "line one\nline two\n\n  indented",
+                                           "</s>after a special token, and <s> inside",
+                                           ""};
+
+// `codec` on each of `lines` against the JSON lines {"ids", "text"} of hf_tools.py's answer.
+void checkEncodeDecode(const ltrain::data::TextCodec& codec, const std::vector<std::string>& lines,
+                       const ltrain::test::ProcessResult& theirs) {
+  INFO(theirs.err);
+  REQUIRE(theirs.exit_code == 0);
+  std::istringstream expected(theirs.out);
+  std::string line;
+  for (const auto& l : lines) {
+    INFO(l);
+    REQUIRE(std::getline(expected, line));
+    const auto j = ltrain::io::Json::parse(line);
+    const auto ids = codec.encode(l);
+    CHECK(ids == j["ids"].get<std::vector<int64_t>>());
+    CHECK(codec.decode(ids) == j["text"].get<std::string>());
+  }
+}
+
 std::vector<int64_t> parseIds(const std::string& line) {
   std::istringstream in(line);
   std::vector<int64_t> ids;
@@ -85,16 +113,7 @@ TEST_CASE(
     "forms",
     "[parity][hf]") {
   TempDir dir;
-  // Spaces where SentencePiece's prefix and "\u2581" matter, characters the vocabulary lacks
-  // (byte fallback: the euro sign, the emoji, CJK), special tokens inside the text.
-  const std::vector<std::string> lines{"A fortune a day keeps the doctor away.",
-                                       "Don't panic!  It's 42 -- or 1234567, isn't it?",
-                                       "  leading spaces, double  spaces and trailing   ",
-                                       "Ünïcödé \xe2\x82\xac 100 \xf0\x9f\x98\x80 emoji 漢字",
-                                       "line one\nline two\n\n  indented",
-                                       "</s>after a special token, and <s> inside",
-                                       ""};
-  writeLines(dir / "lines.txt", lines);
+  writeLines(dir / "lines.txt", kSpaceLines);
   auto made = runProcess({LTRAIN_PYTHON, kTools, "make-sp-tokenizer", dir / "sp", "400", kCorpus});
   INFO(made.err);
   REQUIRE(made.exit_code == 0);
@@ -103,56 +122,28 @@ TEST_CASE(
   for (const std::string file : {"tokenizer.json", "legacy.json"}) {
     INFO(file);
     const std::string tok = dir / ("sp/" + file);
-    auto theirs = runProcess({LTRAIN_PYTHON, kTools, "encode-decode", tok, dir / "lines.txt"});
-    INFO(theirs.err);
-    REQUIRE(theirs.exit_code == 0);
     auto codec = ltrain::data::loadCodec(tok);
     CHECK(codec->vocabSize() == 400);
-    std::istringstream expected(theirs.out);
-    std::string line;
-    for (const auto& l : lines) {
-      INFO(l);
-      REQUIRE(std::getline(expected, line));
-      const auto j = ltrain::io::Json::parse(line);
-      const auto ids = codec->encode(l);
-      CHECK(ids == j["ids"].get<std::vector<int64_t>>());
-      CHECK(codec->decode(ids) == j["text"].get<std::string>());
-    }
+    checkEncodeDecode(*codec, kSpaceLines,
+                      runProcess({LTRAIN_PYTHON, kTools, "encode-decode", tok, dir / "lines.txt"}));
   }
 }
 
 TEST_CASE("a SentencePiece tokenizer.model encodes and decodes as sentencepiece does",
           "[parity][hf]") {
   TempDir dir;
-  // As above: leading, doubled and trailing spaces (SentencePiece's prefix goes before them all),
-  // byte fallback, and special tokens' text, which SentencePiece reads as plain characters.
-  const std::vector<std::string> lines{"A fortune a day keeps the doctor away.",
-                                       "Don't panic!  It's 42 -- or 1234567, isn't it?",
-                                       "  leading spaces, double  spaces and trailing   ",
-                                       "Ünïcödé \xe2\x82\xac 100 \xf0\x9f\x98\x80 emoji 漢字",
-                                       "line one\nline two\n\n  indented",
-                                       "</s>after a special token, and <s> inside",
-                                       ""};
-  writeLines(dir / "lines.txt", lines);
+  // SentencePiece's prefix goes before leading spaces too, and it reads special tokens' text as
+  // plain characters.
+  writeLines(dir / "lines.txt", kSpaceLines);
   auto made = runProcess({LTRAIN_PYTHON, kTools, "make-sp-model", dir / "sp", "400", kCorpus});
   INFO(made.err);
   REQUIRE(made.exit_code == 0);
   const std::string model = dir / "sp/tokenizer.model";
-  auto theirs = runProcess({LTRAIN_PYTHON, kTools, "sp-encode-decode", model, dir / "lines.txt"});
-  INFO(theirs.err);
-  REQUIRE(theirs.exit_code == 0);
   auto codec = ltrain::data::loadCodec(model);
   CHECK(codec->vocabSize() == 400);
-  std::istringstream expected(theirs.out);
-  std::string line;
-  for (const auto& l : lines) {
-    INFO(l);
-    REQUIRE(std::getline(expected, line));
-    const auto j = ltrain::io::Json::parse(line);
-    const auto ids = codec->encode(l);
-    CHECK(ids == j["ids"].get<std::vector<int64_t>>());
-    CHECK(codec->decode(ids) == j["text"].get<std::string>());
-  }
+  checkEncodeDecode(
+      *codec, kSpaceLines,
+      runProcess({LTRAIN_PYTHON, kTools, "sp-encode-decode", model, dir / "lines.txt"}));
   // A model that normalizes its text (sentencepiece's default, NFKC) is refused by name.
   auto nfkc =
       runProcess({LTRAIN_PYTHON, kTools, "make-sp-tokenizer", dir / "nfkc", "400", kCorpus});
