@@ -11,6 +11,7 @@
 #include <mutex>
 #include <regex>
 
+#include "ltrain/common/allocator.h"
 #include "ltrain/common/memory.h"
 
 namespace ltrain {
@@ -114,7 +115,9 @@ MemoryPhase::MemoryPhase(std::string name)
 MemoryPhase::~MemoryPhase() {
   auto& p = phases();
   std::lock_guard<std::mutex> lock(p.mu);
-  const double peak = peakRssMb(), end = currentRssMb();
+  const double peak = peakRssMb();
+  giveBackFreedMemory();
+  const double end = currentRssMb();
   p.peak_before = std::max(p.peak_before, peak);
   if (std::uncaught_exceptions() > exceptions_ && p.failed.empty()) p.failed = name_;
   p.current = outer_;

@@ -1,6 +1,6 @@
-// Peak resident memory by phase of a run (build, init_from, resume, first step, save), each
-// process its own, and the phase an allocation failed in: what bench/zero_memory.sh measures
-// sharding with, and what an out-of-memory error names.
+// Peak resident memory by phase of a run (build, init_from, resume, first step, second step,
+// save, evaluate), each process its own, and the phase an allocation failed in: what
+// bench/zero_memory.sh measures sharding with, and what an out-of-memory error names.
 // A phase resets the kernel's peak (VmHWM, through /proc/self/clear_refs) when it starts, so its
 // peak is its own; processPeakRssMb() keeps the peak since the process started across resets.
 // Each phase's end is kept in memoryPhases(); with LTRAIN_MEMORY_LOG=FILE it also appends one JSON

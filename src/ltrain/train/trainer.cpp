@@ -373,10 +373,13 @@ void Trainer::runEpoch() {
     {
       // LTRAIN_CUDA_SYNC_DEBUG: a step that does not log must not make the host wait.
       NoHostSyncScope quiet(!logs);
-      std::optional<MemoryPhase> first;
-      if (state_.step == start_step_) first.emplace("first step");
+      // The first step makes what steps keep (optimizer state, buckets); the second is a step as
+      // every later one is.
+      std::optional<MemoryPhase> phase;
+      if (state_.step == start_step_) phase.emplace("first step");
+      if (state_.step == start_step_ + 1) phase.emplace("second step");
       const StepResult r = step_->run(loader, at, k, last_lr_);
-      first.reset();
+      phase.reset();
       if (r.found_inf.defined()) window_positions_[at.step + 1] = at;
       state_.batch_in_epoch += k;
       state_.epoch_examples += r.samples * data_world_;

@@ -136,6 +136,7 @@ void Trainer::logWindow(Window& w, double lr) {
 
 void Trainer::evaluateAndLog() {
   distributed::PhaseScope phase(pg_.get(), distributed::Phase::kEvaluate);
+  MemoryPhase memory("evaluate");
   last_eval_ = evaluate(model_, splits_.test, cfg_.data.eval_batch_size, cfg_.train.precision,
                         devices_, pg_.get(), dpo_.get());
   last_eval_step_ = state_.step;
