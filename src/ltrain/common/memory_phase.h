@@ -3,6 +3,8 @@
 // bench/zero_memory.sh measures sharding with, and what an out-of-memory error names.
 // A phase resets the kernel's peak (VmHWM, through /proc/self/clear_refs) when it starts, so its
 // peak is its own; processPeakRssMb() keeps the peak since the process started across resets.
+// When it ends, the heap's free pages go back to the system (allocator.h: giveBackFreedMemory),
+// so that what a phase freed does not stay resident through the rest of the run.
 // Each phase's end is kept in memoryPhases(); with LTRAIN_MEMORY_LOG=FILE it also appends one JSON
 // line to FILE:
 //   {"rank": R, "phase": "build", "start_rss_mb": ..., "peak_rss_mb": ..., "end_rss_mb": ...}

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include <cstring>
 #include <string_view>
 
 #include "ltrain/common/errors.h"
@@ -34,13 +33,6 @@ class Wire {
     const auto out = s_.substr(at_, n);
     at_ += n;
     return out;
-  }
-  float fixed32() {
-    need(4);
-    float f;
-    std::memcpy(&f, s_.data() + at_, 4);  // little-endian, as x86 and ARM are
-    at_ += 4;
-    return f;
   }
   void skip(uint32_t wire_type) {
     switch (wire_type) {
@@ -97,8 +89,6 @@ SentencePieceModel readSentencePieceModel(const std::string& path) {
       fields(w.bytes(), path, [&](uint32_t f, uint32_t t, Wire& pw) {
         if (f == 1 && t == 2)
           p.text = std::string(pw.bytes());
-        else if (f == 2 && t == 5)
-          p.score = pw.fixed32();
         else if (f == 3 && t == 0)
           p.type = static_cast<int>(pw.varint());
         else
@@ -125,9 +115,6 @@ SentencePieceModel readSentencePieceModel(const std::string& path) {
             break;
           case 41:
             m.bos_id = i32;
-            break;
-          case 42:
-            m.eos_id = i32;
             break;
           default:
             break;

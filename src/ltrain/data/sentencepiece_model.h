@@ -12,16 +12,16 @@ namespace ltrain::data {
 
 struct SentencePieceModel {
   enum Type { kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6 };
+  // Its score is not read: a BPE model's scores fall with the id, which orders the merges.
   struct Piece {
     std::string text;
-    float score = 0;
     int type = kNormal;
   };
   std::vector<Piece> pieces;  // by id
   // TrainerSpec (proto2 defaults where a field is absent).
   int model_type = 1;  // 1 unigram, 2 BPE, 3 word, 4 char
   bool byte_fallback = false, treat_whitespace_as_suffix = false;
-  int64_t unk_id = 0, bos_id = 1, eos_id = 2;
+  int64_t unk_id = 0, bos_id = 1;
   // NormalizerSpec.
   std::string normalizer;  // "identity", "nmt_nfkc", ...
   bool has_charsmap = false, add_dummy_prefix = true, remove_extra_whitespaces = true,

@@ -8,15 +8,13 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include <unistd.h>
-
 #include <algorithm>
-#include <sstream>
 #include <thread>
 
 #include "ltrain/common/errors.h"
 #include "ltrain/common/stop_signal.h"
 #include "ltrain/cuda/plugin.h"
+#include "ltrain/distributed/job_record.h"
 #include "ltrain/distributed/sockets.h"
 #include "ltrain/distributed/store_sockets.h"
 #include "ltrain/io/error_report.h"
@@ -35,18 +33,15 @@ std::string firstLine(const std::string& s) {
 // the job: a process started by hand on the job's port, with a copied environment or another
 // job's, is refused here before it writes anything.
 void checkJob(c10d::Store& store, const Runtime& rt, const std::string& where) {
-  if (!store.check({"/agents/job"})) return;  // another launcher's store, or rank 0's
-  const auto v = store.get("/agents/job");
-  std::istringstream in(std::string(v.begin(), v.end()));
-  std::string job_id;
-  int64_t nodes = 0, world = 0;
-  in >> job_id >> nodes >> world;
+  const auto job = readJobRecord(store);
+  if (!job) return;  // another launcher's store, or rank 0's
   const char* id = rt.agent_store ? std::getenv("TORCHELASTIC_RUN_ID") : nullptr;
-  if (!id || job_id != id || world != rt.world_size)
+  if (!id || job->id != id || job->world_size != rt.world_size)
     throw UsageError(fmt::format(
         "this process (RANK={} WORLD_SIZE={}{}) is not a member of the job at {} (ltrain launch's "
         "job {}, world size {}): not joining it, and nothing written",
-        rt.rank, rt.world_size, id ? fmt::format(", job {}", id) : "", where, job_id, world));
+        rt.rank, rt.world_size, id ? fmt::format(", job {}", id) : "", where, job->id,
+        job->world_size));
 }
 
 // Each rank of a job takes its rank in the store once, with the world size: a second process
@@ -61,16 +56,12 @@ void claimRank(c10d::Store& store, const Runtime& rt, const std::string& where) 
         "WORLD_SIZE={} (rank {}) does not match the job at {}, whose world size is {}: not joining "
         "it, and nothing written",
         rt.world_size, rt.rank, where, std::string(agreed.begin(), agreed.end())));
-  char host[256] = "?";
-  gethostname(host, sizeof host - 1);
-  const std::string me = fmt::format("{} (pid {})", host, ::getpid());
-  const auto holder = store.compareSet(fmt::format("member/{}", rt.rank), {},
-                                       std::vector<uint8_t>(me.begin(), me.end()));
-  if (std::string(holder.begin(), holder.end()) != me)
+  const std::string holder = claim(store, fmt::format("member/{}", rt.rank));
+  if (!holder.empty())
     throw UsageError(fmt::format(
         "rank {} of the job at {} is already running on {}: this process is a second rank {}, "
         "not joining it, and nothing written",
-        rt.rank, where, std::string(holder.begin(), holder.end()), rt.rank));
+        rt.rank, where, holder, rt.rank));
 }
 
 // A connection to the job's store; `timeout` bounds the connect and each wait, `io_deadline`

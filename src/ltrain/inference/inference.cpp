@@ -47,8 +47,8 @@ std::string runDirOf(const std::string& weights) {
 }
 
 // The first that exists: --tokenizer; the run's vocabulary.json or tokenizer.json;
-// model.init_from's tokenizer.json or tokenizer.model (SentencePiece's); data.path's
-// tokenizer.json.
+// model.init_from's or data.path's tokenizer.json, then their tokenizer.model (SentencePiece's,
+// where a model folder has no tokenizer.json).
 std::string findTokenizer(const InferenceRequest& req, const config::ExperimentConfig& cfg,
                           const std::string& run_dir) {
   std::error_code ec;
@@ -60,12 +60,12 @@ std::string findTokenizer(const InferenceRequest& req, const config::ExperimentC
   std::vector<fs::path> candidates;
   if (!run_dir.empty())
     candidates = {fs::path(run_dir) / "vocabulary.json", fs::path(run_dir) / "tokenizer.json"};
-  if (config::isHfModelDir(cfg.model.init_from)) {
-    candidates.push_back(fs::path(cfg.model.init_from) / "tokenizer.json");
-    candidates.push_back(fs::path(cfg.model.init_from) / "tokenizer.model");
+  for (const char* name : {"tokenizer.json", "tokenizer.model"}) {
+    if (config::isHfModelDir(cfg.model.init_from))
+      candidates.push_back(fs::path(cfg.model.init_from) / name);
+    if (cfg.data.dataset == "tokens" || cfg.data.dataset == "chat")
+      candidates.push_back(fs::path(cfg.data.path) / name);
   }
-  if (cfg.data.dataset == "tokens" || cfg.data.dataset == "chat")
-    candidates.push_back(fs::path(cfg.data.path) / "tokenizer.json");
   for (const auto& c : candidates)
     if (fs::is_regular_file(c, ec)) return c.string();
   return "";
@@ -158,7 +158,8 @@ LoadedModel loadTrainedModel(const InferenceRequest& req, bool need_codec, bool 
   if (!lm.tokenizer_file.empty()) lm.codec = data::loadCodec(lm.tokenizer_file);
   if (need_codec && !lm.codec)
     throw UsageError(fmt::format(
-        "no tokenizer found for these weights (looked for vocabulary.json and tokenizer.json in "
+        "no tokenizer found for these weights (looked for vocabulary.json, tokenizer.json and "
+        "tokenizer.model in "
         "'{}'{}): pass --tokenizer FILE",
         run_dir, cfg.data.dataset == "tokens" ? " and data.path" : ""));
   lm.vocab = cfg.model.vocab_size > 0 ? cfg.model.vocab_size

@@ -17,13 +17,13 @@
 #include <fstream>
 #include <optional>
 #include <random>
-#include <sstream>
 #include <thread>
 
 #include "ltrain/common/child_groups.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/common/spawn.h"
 #include "ltrain/common/stop_signal.h"
+#include "ltrain/distributed/job_record.h"
 #include "ltrain/distributed/sockets.h"
 #include "ltrain/distributed/store_sockets.h"
 
@@ -262,11 +262,12 @@ class Launcher {
   // A node whose workers all finished says so; node 0's agent, which hosts the store, waits for
   // every node's word (or a failure, up to --join-timeout) before it closes the store, so that
   // no other node's agent or worker sees it vanish while it is still finishing.
+  static std::string doneKey(int attempt, int node) {
+    return fmt::format("/agents/done/{}/{}", attempt, node);
+  }
   void finishTogether(int attempt) {
     if (!coordinated() || store_lost_) return;
-    const auto key = [attempt](int node) {
-      return fmt::format("/agents/done/{}/{}", attempt, node);
-    };
+    const auto key = [attempt](int node) { return doneKey(attempt, node); };
     try {
       store_->set(key(o_.node_rank), std::vector<uint8_t>{1});
       if (o_.node_rank != 0) return;
@@ -351,45 +352,31 @@ class Launcher {
   // node count and its world size, and which agent holds each node rank. An agent that does not
   // match (another job's, a second --node-rank 1) is refused by name before it starts anything,
   // and the running job does not notice it.
-  static constexpr const char* kJobKey = "/agents/job";
   void joinJob() {
-    const std::string me = fmt::format("{} (pid {})", hostName(), ::getpid());
     if (o_.node_rank == 0) {
       if (o_.run_id.empty() || o_.run_id == "none") o_.run_id = randomId();
-      const std::string job =
-          fmt::format("{} {} {}", o_.run_id, o_.nnodes, static_cast<int64_t>(o_.nnodes) * nproc_);
-      store_->set(kJobKey, std::vector<uint8_t>(job.begin(), job.end()));
+      distributed::writeJobRecord(*store_, {o_.run_id, o_.nnodes, int64_t{o_.nnodes} * nproc_});
     } else {
-      const auto v = store_->get(kJobKey);  // waits (the store's timeout) for node 0 to say it
-      std::istringstream in(std::string(v.begin(), v.end()));
-      std::string id;
-      int nnodes = 0;
-      in >> id >> nnodes;
+      const auto job = *distributed::readJobRecord(*store_, /*wait=*/true);
       const std::string where = fmt::format("{}:{}", o_.master_addr, port_);
-      if (!o_.run_id.empty() && o_.run_id != "none" && o_.run_id != id)
+      if (!o_.run_id.empty() && o_.run_id != "none" && o_.run_id != job.id)
         throw UsageError(fmt::format(
             "--rdzv-id {} is not the id of the job at {} ({}): another job's rendezvous? Give "
             "every node the same --rdzv-id, or a port of its own",
-            o_.run_id, where, id));
-      if (nnodes != o_.nnodes)
+            o_.run_id, where, job.id));
+      if (job.nodes != o_.nnodes)
         throw UsageError(
             fmt::format("--nnodes {} does not match the job at {} (--nnodes {}, id {})", o_.nnodes,
-                        where, nnodes, id));
-      o_.run_id = id;
+                        where, job.nodes, job.id));
+      o_.run_id = job.id;
     }
-    const std::vector<uint8_t> mine(me.begin(), me.end());
-    const auto holder = store_->compareSet(fmt::format("/agents/node/{}", o_.node_rank), {}, mine);
-    if (holder != mine)
+    const std::string holder =
+        distributed::claim(*store_, fmt::format("/agents/node/{}", o_.node_rank));
+    if (!holder.empty())
       throw UsageError(fmt::format(
           "--node-rank {} is already taken in job {} at {}:{} by {}; each node's agent needs a "
           "--node-rank of its own, 0..{}",
-          o_.node_rank, o_.run_id, o_.master_addr, port_, std::string(holder.begin(), holder.end()),
-          o_.nnodes - 1));
-  }
-  static std::string hostName() {
-    char name[256] = "?";
-    gethostname(name, sizeof name - 1);
-    return name;
+          o_.node_rank, o_.run_id, o_.master_addr, port_, holder, o_.nnodes - 1));
   }
   static std::string randomId() {
     std::random_device rd;
