@@ -6,6 +6,7 @@
 # side's figure is its worst rank's peak RSS (summary.json's peak_rss_mb; train_ref.py's is its
 # ranks' ru_maxrss); the share is (P + G + 2P) / W, the start what a rank holds before the model.
 #   bench/zero3_vs_fully_shard.sh [LTRAIN_BIN]    prints a markdown table
+#   KEEP_LOGS=DIR: each run's LTRAIN_MEMORY_LOG (per phase and category) is kept there
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 bin=${1:-$root/build/ltrain}
@@ -20,17 +21,25 @@ keys=(data.dataset=tokens data.path=$tmp/tokens "data.train_files=train_*.bin"
   optimizer.name=adamw optimizer.lr=0.0001 train.max_steps=3 train.log_every=1 train.eval_every=0
   train.checkpoint_every=0 train.threads=1)
 peak() { python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['peak_rss_mb']))" "$1"; }
+# What a rank holds before the model (LibTorch, threads, the process group, the data): the first
+# phase's start in LTRAIN_MEMORY_LOG, the largest rank's.
+start() {
+  python3 -c "import json,sys; print(round(max(json.loads(l)['categories_mb']['libraries'] for l in open(sys.argv[1]))))" "$1"
+}
 P=$(python3 -c "print(round(${LAYERS:-24} * 12.6e6 * 4 / 2**20))")  # about 12.6M a block
-echo "| processes | share (P+G+2P)/W | ltrain peak | fully_shard peak | ltrain / fully_shard |"
-echo "| --- | --- | --- | --- | --- |"
+echo "| processes | share (P+G+2P)/W | ltrain start | ltrain peak | peak / (share + start) | fully_shard peak | ltrain / fully_shard |"
+echo "| --- | --- | --- | --- | --- | --- | --- |"
 for w in 1 2 4; do
   zero=3; [ "$w" -eq 1 ] && zero=0
-  "$bin" train "$root/configs/gpt_char.yaml" --nproc-per-node "$w" "${keys[@]}" dist.zero=$zero \
-    --output-dir "$tmp/ltrain-$w" >"$tmp/ltrain-$w.log" 2>&1 || { tail -5 "$tmp/ltrain-$w.log"; exit 1; }
+  LTRAIN_MEMORY_LOG=$tmp/memory-$w.jsonl "$bin" train "$root/configs/gpt_char.yaml" \
+    --nproc-per-node "$w" "${keys[@]}" dist.zero=$zero --output-dir "$tmp/ltrain-$w" \
+    >"$tmp/ltrain-$w.log" 2>&1 || { tail -5 "$tmp/ltrain-$w.log"; exit 1; }
   fsdp=(); [ "$w" -gt 1 ] && fsdp=(--fsdp)
   "$venv/bin/torchrun" --standalone --nproc-per-node "$w" "$root/bench/reference/train_ref.py" \
     "$root/configs/gpt_char.yaml" "${keys[@]}" dist.zero=$zero --ltrain "$bin" --out "$tmp/torch-$w" \
     "${fsdp[@]}" >"$tmp/torch-$w.log" 2>&1 || { tail -5 "$tmp/torch-$w.log"; exit 1; }
   a=$(peak "$tmp/ltrain-$w/summary.json"); b=$(peak "$tmp/torch-$w/summary.json")
-  python3 -c "print('| %d | %d MiB | %d MiB | %d MiB | %.2f |' % ($w, 4 * $P / $w, $a, $b, $a / $b))"
+  s=$(start "$tmp/memory-$w.jsonl")
+  python3 -c "print('| %d | %d MiB | %d MiB | %d MiB | %.2f | %d MiB | %.2f |' % ($w, 4 * $P / $w, $s, $a, $a / (4 * $P / $w + $s), $b, $a / $b))"
+  if [ -n "${KEEP_LOGS:-}" ]; then cp "$tmp/memory-$w.jsonl" "$KEEP_LOGS/"; fi
 done

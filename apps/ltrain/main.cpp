@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "ltrain/common/allocator.h"
+#include "ltrain/common/tensor_memory.h"
 #include "ltrain/io/error_report.h"
 
 #include "ltrain/common/errors.h"
@@ -283,6 +284,8 @@ int main(int argc, char** argv) {
   // one line of its own. TORCH_CPP_LOG_LEVEL (INFO, WARNING, ERROR) brings c10's messages back.
   if (!std::getenv("TORCH_CPP_LOG_LEVEL")) FLAGS_caffe2_log_level = 3;  // c10's FATAL only
   ltrain::tuneAllocatorForTraining();
+  // LTRAIN_MEMORY_LOG splits each phase's peak by what held it: tensors are counted from here on.
+  if (const char* log = std::getenv("LTRAIN_MEMORY_LOG"); log && *log) ltrain::trackTensorMemory();
   ltrain::cuda::loadIfPresent();  // before anything asks LibTorch about CUDA
   CLI::App app{"ltrain: train LibTorch models from a YAML config, on one or many devices"};
   app.require_subcommand(1);

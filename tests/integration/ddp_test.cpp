@@ -104,7 +104,10 @@ TEST_CASE("an unused parameter without find_unused_parameters is a clear error, 
   CHECK(secs < 20);
 }
 
-TEST_CASE("ranks on one host all-reduce through shared memory, with Gloo's results", "[dist]") {
+TEST_CASE(
+    "ranks on one host all-reduce, reduce-scatter and all-gather through shared memory, "
+    "with Gloo's results",
+    "[dist]") {
   for (int world : {2, 3}) {
     INFO("world " << world);
     for (auto& [rank, kv] : runWorkers(world, "shm")) {
@@ -138,6 +141,12 @@ TEST_CASE("ranks that all-reduce tensors of different sizes get an error, not st
   CHECK(r.exit_code != 0);
   CHECK_THAT(r.out + r.err,
              Contains("reduces 1001 elements of Float where this rank reduces 1000"));
+  // One rank all-gathers where the other all-reduces: both say so.
+  r = launchWorkers(2, "shm_op_mismatch");
+  INFO(r.out << r.err);
+  CHECK(r.exit_code != 0);
+  CHECK_THAT(r.out + r.err, Contains("rank 1 issued all-gather where this rank issued all-reduce"));
+  CHECK_THAT(r.out + r.err, Contains("rank 0 issued all-reduce where this rank issued all-gather"));
 }
 
 TEST_CASE("a segment name taken by a user's file in /dev/shm leaves the file alone", "[dist]") {

@@ -728,6 +728,31 @@ TEST_CASE("dist.zero=3 resumes a whole .pt with only rank 0 holding it whole", "
   INFO("rank 0 grew " << grew[0] << " MiB, rank 1 " << grew[1] << " MiB");
   CHECK(grew[0] > 100);
   CHECK(grew[1] < 25);
+  // Each phase's peak, split by what held it, adds up to it; the (resumed) first step's shows
+  // this rank's slices, as summary.json counts them (half the parameters, AdamW's state twice
+  // that), and the units gathered around the layers.
+  const auto summary = ltrain::io::Json::parse(readText(dir / "z3/summary.json"));
+  std::istringstream again(readText(log));
+  int steps = 0;
+  for (std::string line; std::getline(again, line);) {
+    const auto j = ltrain::io::Json::parse(line);
+    INFO(line);
+    REQUIRE(j.contains("categories_mb"));
+    double sum = 0;
+    for (const auto& [name, mb] : j["categories_mb"].items()) sum += mb.get<double>();
+    CHECK(sum == Approx(j["peak_rss_mb"].get<double>()).margin(0.5));
+    if (j["phase"] != "first step") continue;
+    ++steps;
+    const auto& c = j["categories_mb"];
+    CHECK(c["parameters"].get<double>() ==
+          Approx(summary["parameter_mb"].get<double>()).margin(0.5));
+    CHECK(c["optimizer_state"].get<double>() ==
+          Approx(summary["optimizer_state_mb"].get<double>()).margin(0.5));
+    CHECK(c["gradients"].get<double>() > 0);
+    CHECK(c["gathered_units"].get<double>() > 0);
+    CHECK(c["libraries"].get<double>() > 30);
+  }
+  CHECK(steps == 2);
 }
 
 TEST_CASE("a damaged sharded checkpoint is named and the run resumes from the one before",

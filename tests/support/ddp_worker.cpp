@@ -3,7 +3,7 @@
 // what the test checks: the largest difference between DDP's gradients and the plain average of
 // every rank's own gradients, bucket and allreduce counts, and launch/backward-end timestamps.
 //   ddp_worker MODE   (MODE: basic | unused | unused_error | overlap | bf16 | accum | reversed
-//                      | shm | shm_dead | shm_mismatch | shm_collide | shm_off)
+//                      | shm | shm_dead | shm_mismatch | shm_op_mismatch | shm_collide | shm_off)
 // reversed: the layers run in the reverse of their registration order, and the reducer rebuilds
 // its buckets after the first step; a second step follows, and the buckets' parameters before
 // and after are printed.
@@ -46,13 +46,14 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
-// shm, shm_off: all-reduces of several sizes and dtypes through ProcessGroup::allreduce (shared
-// memory where it is on) against Gloo's of the same tensors. The values are small integers, so
-// every order of summation gives the same floats: the difference must be exactly 0.
-// shm_dead: rank 1 leaves right after connecting; the others' all-reduce must fail naming it.
+// shm, shm_off: all-reduces, reduce-scatters and all-gathers of several sizes and dtypes through
+// ProcessGroup (shared memory where it is on) against Gloo's of the same tensors. The values are
+// small integers, so every order of summation gives the same floats: the difference must be exactly
+// 0. shm_dead: rank 1 leaves right after connecting; the others' all-reduce must fail naming it.
 // shm_mismatch: rank 1 all-reduces a longer tensor; every rank must fail saying so.
+// shm_op_mismatch: rank 1 all-gathers where rank 0 all-reduces; both must fail saying so.
 // shm_collide: the segment's name is taken by a user's file, which must survive.
-int shmAllreduce(ltrain::distributed::ProcessGroup& comm, const std::string& mode) {
+int shmCollectives(ltrain::distributed::ProcessGroup& comm, const std::string& mode) {
   const int64_t rank = comm.runtime().rank;
   if (mode == "shm_dead" && rank == 1) return 0;
   if (mode == "shm_collide") {
@@ -62,7 +63,7 @@ int shmAllreduce(ltrain::distributed::ProcessGroup& comm, const std::string& mod
     const std::string path = "/dev/shm" + name, text = "the user's notes\n";
     if (rank == 0) std::ofstream(path) << text;
     std::string why_not;
-    auto shm = ltrain::distributed::SharedMemoryAllreduce::join(
+    auto shm = ltrain::distributed::SharedMemoryCollectives::join(
         *comm.store(), rank, comm.runtime().world_size, comm.timeout(), &why_not, name);
     std::string kept;
     if (rank == 0) {
@@ -77,10 +78,17 @@ int shmAllreduce(ltrain::distributed::ProcessGroup& comm, const std::string& mod
               << std::endl;
     return 0;
   }
-  if (mode == "shm_mismatch") {  // rank 1 reduces one element more than the others
-    std::vector<at::Tensor> io{torch::ones({1000 + (rank == 1 ? 1 : 0)})};
+  if (mode == "shm_mismatch" || mode == "shm_op_mismatch") {
+    // shm_mismatch: rank 1 reduces one element more than the others; shm_op_mismatch: rank 1
+    // all-gathers where the others all-reduce.
+    std::vector<at::Tensor> io{torch::ones({1000 + (rank == 1 && mode == "shm_mismatch" ? 1 : 0)})};
     try {
-      comm.wait(comm.allreduce(io));
+      if (mode == "shm_op_mismatch" && rank == 1) {
+        auto out = torch::empty({1000 * comm.runtime().world_size});
+        comm.wait(comm.allgatherInto(out, io[0]));
+      } else {
+        comm.wait(comm.allreduce(io));
+      }
     } catch (const std::exception& e) {
       std::cerr << "ddp_worker: error: " << e.what() << "\n";
       return 1;
@@ -101,6 +109,28 @@ int shmAllreduce(ltrain::distributed::ProcessGroup& comm, const std::string& mod
             (ours[0].to(torch::kDouble) - gloos[0].to(torch::kDouble)).abs().max().item<double>());
       }
     }
+    // Reduce-scatter and all-gather (ZeRO-3's), against Gloo's own: a part of 1 element, one
+    // chunk's, and several chunks' (2.5 M elements a rank); all-gather of bf16 too.
+    const int64_t world = comm.runtime().world_size;
+    auto differ = [](const torch::Tensor& a, const torch::Tensor& b) {
+      return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+    };
+    for (auto dtype : {torch::kFloat, torch::kDouble, torch::kInt, torch::kLong, torch::kBFloat16})
+      for (int64_t part : {int64_t{1}, int64_t{1001}, int64_t{2'500'003}}) {
+        auto in =
+            (torch::arange(part * world, torch::kLong).remainder(5) + 10 * (rank + 1)).to(dtype);
+        auto mine = in.narrow(0, rank * part, part).clone();
+        auto ours = torch::empty({part * world}, dtype), gloos = torch::empty_like(ours);
+        comm.wait(comm.allgatherInto(ours, mine));
+        comm.wait(comm.backend()->_allgather_base(gloos, mine));
+        max_diff = std::max(max_diff, differ(ours, gloos));
+        if (dtype == torch::kBFloat16) continue;  // Gloo's reduce-scatter serves bf16
+        auto summed = torch::empty({part}, dtype), gloo_summed = torch::empty_like(summed);
+        auto in_gloo = in.clone();
+        comm.wait(comm.reduceScatterInto(summed, in));
+        comm.wait(comm.backend()->_reduce_scatter_base(gloo_summed, in_gloo));
+        max_diff = std::max(max_diff, differ(summed, gloo_summed));
+      }
   } catch (const std::exception& e) {
     std::cerr << "ddp_worker: error: " << e.what() << "\n";
     return 1;
@@ -134,7 +164,7 @@ int main(int argc, char** argv) {
                                    : torch::Device(torch::kCPU);
   dc.shm_allreduce = mode != "shm_off" && mode != "shm_collide";
   auto comm = ltrain::distributed::ProcessGroup::connect(rt, dc, device);
-  if (mode.rfind("shm", 0) == 0) return shmAllreduce(*comm, mode);
+  if (mode.rfind("shm", 0) == 0) return shmCollectives(*comm, mode);
 
   const bool overlap = mode == "overlap";
   // overlap: 6 x 1024^2 floats = 24 MiB of gradients; otherwise small, with a small bucket cap.

@@ -24,7 +24,7 @@ struct OneRank {
 };
 
 std::unique_ptr<torch::optim::Optimizer> sgd(std::vector<torch::Tensor> p,
-                                             std::vector<torch::Tensor> = {}) {
+                                             std::vector<std::vector<ltrain::ElementRange>> = {}) {
   return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.1));
 }
 

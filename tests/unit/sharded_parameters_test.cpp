@@ -49,8 +49,8 @@ TEST_CASE("ZeRO-3 frees each unit's parameters outside its forward and backward,
 
   auto plain = net();
   ltrain::models::Classifier model(net());
-  auto make = [](std::vector<torch::Tensor> p,
-                 std::vector<torch::Tensor> = {}) -> std::unique_ptr<torch::optim::Optimizer> {
+  auto make = [](std::vector<torch::Tensor> p, std::vector<std::vector<ltrain::ElementRange>> = {})
+      -> std::unique_ptr<torch::optim::Optimizer> {
     return std::make_unique<torch::optim::SGD>(p, torch::optim::SGDOptions(0.1));
   };
   // As the trainer spreads a model: dist.zero 3 over a process group picks ZeRO's plan.

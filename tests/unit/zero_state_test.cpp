@@ -19,8 +19,8 @@ TEST_CASE("ZeRO-1 state moves into the slices and back, parameters without state
   auto comm = ltrain::distributed::ProcessGroup::connect(rt, dc, torch::kCPU);
   torch::manual_seed(0);
   auto net = torch::nn::Sequential(torch::nn::Linear(3, 4), torch::nn::Linear(4, 2));
-  auto make = [](std::vector<torch::Tensor> p,
-                 std::vector<torch::Tensor> = {}) -> std::unique_ptr<torch::optim::Optimizer> {
+  auto make = [](std::vector<torch::Tensor> p, std::vector<std::vector<ltrain::ElementRange>> = {})
+      -> std::unique_ptr<torch::optim::Optimizer> {
     return std::make_unique<torch::optim::Adam>(p, torch::optim::AdamOptions(0.1));
   };
   // The whole optimizer after one step in which only the first layer had gradients.

@@ -22,6 +22,17 @@ inline void tuneAllocatorForTraining() {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);   // and freed heap memory stays for the next step
 }
 
+// While a model is built (until its plan has spread it): blocks of 1 MiB and more are mapped on
+// their own, and unmapped when freed. The build makes and drops each layer's tensors among small
+// allocations that stay (the module tree, generator states); taken from the heap, the small ones
+// land in the big freed blocks, which then fit no later layer's tensors, and the heap grew by 850
+// MiB in the 302M GPT's 4-rank ZeRO-3 build, most of the model, before anything trained
+// (bench/RESULTS.md). tuneAllocatorForTraining() goes back to the steps' settings.
+inline void tuneAllocatorForBuilding() {
+  if (userTunedMalloc()) return;
+  mallopt(M_MMAP_THRESHOLD, 1 << 20);
+}
+
 // At the end of a memory phase (common/memory_phase.h: the build, a checkpoint's save, ...): the
 // heap's free pages go back to the system, wherever they lie (malloc_trim gives back the middle
 // of the heap too, where the trim threshold above only ever gives back its top). Kept, what the

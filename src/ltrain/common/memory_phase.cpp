@@ -13,6 +13,7 @@
 
 #include "ltrain/common/allocator.h"
 #include "ltrain/common/memory.h"
+#include "ltrain/common/tensor_memory.h"
 
 namespace ltrain {
 namespace {
@@ -23,6 +24,9 @@ struct Phases {
   std::string failed;      // the phase an exception left last
   double peak_before = 0;  // VmHWM before the last reset
   std::vector<PhaseRecord> ended;
+  // Before the first phase: what was resident, and how much of it tensors (categories_mb).
+  double base_rss_mb = -1, base_tensor_mb = 0;
+  std::function<KeptMemory()> kept;
 };
 
 Phases& phases() {
@@ -54,6 +58,38 @@ void resetPeak() {
   }
 }
 
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// The phase's peak split by what held it (memory_phase.h), as a JSON object; "" when tensors are
+// not counted.
+std::string categories(double peak_rss_mb) {
+  auto& p = phases();
+  if (!tensorMemoryTracked() || p.base_rss_mb < 0) return "";
+  const TensorMemory t = tensorMemory();
+  KeptMemory k;
+  if (p.kept) k = p.kept();
+  const double kept_but_gradients =
+      static_cast<double>(k.parameters + k.optimizer_state + k.buffers) / kMiB;
+  auto transient = [&](Transient kind) {
+    return static_cast<double>(t.transient_at_peak[static_cast<int>(kind)]) / kMiB;
+  };
+  const double gathered = transient(Transient::kGatheredUnits);
+  const double buckets = transient(Transient::kGradientBuckets);
+  const double gradients =
+      static_cast<double>(k.gradients) / kMiB + transient(Transient::kGradientSlices);
+  const double tensors = static_cast<double>(t.peak) / kMiB - p.base_tensor_mb;
+  const double held = kept_but_gradients + gradients + gathered + buckets;
+  const double activations = std::max(0.0, tensors - held);
+  const double slack = peak_rss_mb - p.base_rss_mb - (held + activations);
+  return fmt::format(
+      ", \"categories_mb\": {{\"libraries\": {:.1f}, \"parameters\": {:.1f}, \"gradients\": "
+      "{:.1f}, \"optimizer_state\": {:.1f}, \"buffers\": {:.1f}, \"gathered_units\": {:.1f}, "
+      "\"gradient_buckets\": {:.1f}, \"activations\": {:.1f}, \"allocator_slack\": {:.1f}}}",
+      p.base_rss_mb, static_cast<double>(k.parameters) / kMiB, gradients,
+      static_cast<double>(k.optimizer_state) / kMiB, static_cast<double>(k.buffers) / kMiB,
+      gathered, buckets, activations, slack);
+}
+
 // Under phases().mu, from a destructor: it must not throw, even when memory ran out (the phase an
 // allocation failed in is what the error names; its record may be lost).
 void appendLog(const std::string& phase, double start, double peak, double end) {
@@ -64,10 +100,15 @@ void appendLog(const std::string& phase, double start, double peak, double end) 
   const char* path = std::getenv("LTRAIN_MEMORY_LOG");
   if (!path || !*path) return;
   const char* rank = std::getenv("RANK");
-  const std::string line = fmt::format(
-      "{{\"rank\": {}, \"phase\": \"{}\", \"start_rss_mb\": {:.1f}, \"peak_rss_mb\": {:.1f}, "
-      "\"end_rss_mb\": {:.1f}}}\n",
-      rank && *rank ? std::atoi(rank) : 0, phase, start, peak, end);
+  std::string line;
+  try {
+    line = fmt::format(
+        "{{\"rank\": {}, \"phase\": \"{}\", \"start_rss_mb\": {:.1f}, \"peak_rss_mb\": "
+        "{:.1f}, \"end_rss_mb\": {:.1f}{}}}\n",
+        rank && *rank ? std::atoi(rank) : 0, phase, start, peak, end, categories(peak));
+  } catch (...) {
+    return;
+  }
   // One short write in append mode: the ranks' lines do not interleave.
   if (std::FILE* f = std::fopen(path, "a")) {
     std::fwrite(line.data(), 1, line.size(), f);
@@ -110,6 +151,11 @@ MemoryPhase::MemoryPhase(std::string name)
   p.failed.clear();
   resetPeak();
   start_rss_mb_ = currentRssMb();
+  if (p.base_rss_mb < 0) {
+    p.base_rss_mb = start_rss_mb_;
+    p.base_tensor_mb = static_cast<double>(tensorMemory().live) / kMiB;
+  }
+  resetTensorPeak();
 }
 
 MemoryPhase::~MemoryPhase() {
@@ -122,6 +168,12 @@ MemoryPhase::~MemoryPhase() {
   if (std::uncaught_exceptions() > exceptions_ && p.failed.empty()) p.failed = name_;
   p.current = outer_;
   appendLog(name_, start_rss_mb_, peak, end);
+}
+
+void setKeptMemory(std::function<KeptMemory()> kept) {
+  auto& p = phases();
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.kept = std::move(kept);
 }
 
 std::vector<PhaseRecord> memoryPhases() {

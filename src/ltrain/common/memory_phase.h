@@ -7,8 +7,23 @@
 // so that what a phase freed does not stay resident through the rest of the run.
 // Each phase's end is kept in memoryPhases(); with LTRAIN_MEMORY_LOG=FILE it also appends one JSON
 // line to FILE:
-//   {"rank": R, "phase": "build", "start_rss_mb": ..., "peak_rss_mb": ..., "end_rss_mb": ...}
+//   {"rank": R, "phase": "build", "start_rss_mb": ..., "peak_rss_mb": ..., "end_rss_mb": ...,
+//    "categories_mb": {...}}
+// categories_mb splits the phase's peak by what held it (CPU runs; tensor_memory.h counts):
+//   libraries     resident before the first phase: LibTorch, threads, the process group, data
+//   parameters, gradients, optimizer_state, buffers
+//                 what the run keeps (ZeRO: this rank's slices), as at the phase's end; ZeRO's
+//                 reduced gradient slices, which exist only within a step, as at the tensors' peak
+//   gathered_units, gradient_buckets
+//                 ZeRO-3's units gathered and the buckets being reduced, at the tensors' peak
+//   activations   the rest of the tensors at their peak: activations and operators' temporaries
+//   allocator_slack
+//                 the rest of the peak: freed memory the heap kept, or touched by no tensor
+// They add up to peak_rss_mb (the tensors' and the resident peak may fall at different moments,
+// so a category may read a little low and the slack a little high).
 #pragma once
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,6 +47,14 @@ struct PhaseRecord {
   std::string phase;
   double start_rss_mb = 0, peak_rss_mb = 0, end_rss_mb = 0;
 };
+// What a run keeps from step to step, in bytes: the trainer's parallel plan says, once it exists.
+struct KeptMemory {
+  int64_t parameters = 0, gradients = 0, optimizer_state = 0, buffers = 0;
+};
+// `kept` (null: none) is asked at each phase's end, when LTRAIN_MEMORY_LOG is set; whoever sets it
+// sets null before what it reads goes.
+void setKeptMemory(std::function<KeptMemory()> kept);
+
 // This process's phases so far, in the order they ended (summary.json's memory_phases).
 std::vector<PhaseRecord> memoryPhases();
 

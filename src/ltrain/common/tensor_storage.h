@@ -28,6 +28,11 @@ inline void allocateStorage(const torch::Tensor& t) {
   s->set_nbytes(bytes);
 }
 
+// The bytes of its elements, whether it has memory now or not.
+inline int64_t bytesOf(const torch::Tensor& t) {
+  return t.numel() * static_cast<int64_t>(t.element_size());
+}
+
 // A tensor of `sizes` and `options` that has no memory (as a freed one).
 inline torch::Tensor storageless(c10::IntArrayRef sizes, const torch::TensorOptions& options) {
   auto t = torch::empty({0}, options);

@@ -373,8 +373,9 @@ std::vector<Option> buildSchema() {
           .atLeast(1),
       LT_OPT(dist.shm_allreduce,
              "On the CPU, when every rank runs on one host: all-reduces (the gradient buckets, "
-             "the stop vote) go through one shared-memory segment instead of Gloo's loopback "
-             "TCP; false: all through Gloo. Where the ranks cannot share /dev/shm, Gloo anyway",
+             "the stop vote), and ZeRO's reduce-scatters and all-gathers, go through one "
+             "shared-memory segment instead of Gloo's loopback TCP; false: all through Gloo. "
+             "Where the ranks cannot share /dev/shm, Gloo anyway",
              true),
 
       LT_OPT(finetune.method,

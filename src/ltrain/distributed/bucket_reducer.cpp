@@ -10,10 +10,23 @@
 #include <set>
 #include <tuple>
 
+#include "ltrain/common/mapped_memory.h"
+#include "ltrain/common/tensor_memory.h"
+#include "ltrain/common/tensor_storage.h"
 #include "ltrain/distributed/process_group.h"
 #include "ltrain/io/json.h"
 
 namespace ltrain::distributed {
+namespace {
+
+// A bucket's buffer, which lives only while it is filled and reduced (release_after_reduce).
+void releaseBuffer(torch::Tensor& buffer) {
+  if (buffer.defined())
+    addTransientBytes(Transient::kGradientBuckets, -static_cast<int64_t>(buffer.nbytes()));
+  buffer = torch::Tensor();
+}
+
+}  // namespace
 
 // Runs after autograd has accumulated a parameter's gradient into .grad.
 struct GradReadyHook : torch::autograd::PostAccumulateGradHook {
@@ -131,7 +144,10 @@ void BucketReducer::layOutBuckets(const std::vector<size_t>& order) {
     const auto wire = first.options().dtype(opts_.collective->wireType(first.scalar_type()));
     b.length = length, b.wire = wire;
     if (!opts_.release_after_reduce) b.buffer = torch::zeros({length}, wire);
-    if (scatters()) b.shard = torch::zeros({length / world_}, wire);
+    if (scatters()) {
+      b.shard = mappedZeros(length / world_, wire);
+      addTransientBytes(Transient::kGradientSlices, bytesOf(b.shard));
+    }
     b.slots = g;
     buckets_.push_back(std::move(b));
   }
@@ -231,7 +247,12 @@ void BucketReducer::markReady(size_t s) {
   Slot& slot = slots_[s];
   Bucket& b = buckets_[slot.bucket];
   torch::NoGradGuard no_grad;
-  if (!b.buffer.defined()) b.buffer = torch::zeros({b.length}, b.wire);  // zeros: the padding
+  if (!b.buffer.defined()) {
+    if (opts_.release_after_reduce) releaseLaunched();
+    b.buffer = mappedZeros(b.length, b.wire);  // zeros: the padding
+    if (opts_.release_after_reduce)
+      addTransientBytes(Transient::kGradientBuckets, static_cast<int64_t>(b.buffer.nbytes()));
+  }
   auto view = b.buffer.narrow(0, slot.offset, slot.numel);
   const auto& grad = slot.param.grad();
   if (viewsGrad(slot) && grad.defined() && grad.data_ptr() == view.data_ptr()) {
@@ -264,19 +285,29 @@ void BucketReducer::launchReady() {
       opts_.extras.writeInto(
           b.buffer.narrow(0, extras_offset_, static_cast<int64_t>(opts_.extras.count)));
     }
+    if (scatters() && !hasStorage(b.shard)) {  // a sharded optimizer frees it between steps
+      allocateStorage(b.shard);
+      addTransientBytes(Transient::kGradientSlices, bytesOf(b.shard));
+    }
     b.work = opts_.collective->launch(b.buffer, b.shard);
     ++stats_.collectives;
     if (stats_.first_launch_s < 0) stats_.first_launch_s = now();
-    if (opts_.release_after_reduce && next_launch_ >= 2) {
-      // The bucket before this one: its slice is in, its full buffer goes.
-      Bucket& prev = buckets_[next_launch_ - 2];
-      const auto t0 = std::chrono::steady_clock::now();
-      pg_.wait(prev.work);
-      stats_.bucket_wait_s.push_back(
-          std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-      prev.work.reset();
-      prev.buffer = torch::Tensor();
-    }
+  }
+}
+
+// The buckets launched so far give their buffers back, once reduced: called before the next
+// bucket's buffer is made, so that one buffer is alive at a time and a bucket's reduction still
+// runs while backward computes the next bucket's first gradients.
+void BucketReducer::releaseLaunched() {
+  for (size_t k = 0; k < next_launch_; ++k) {
+    Bucket& b = buckets_[k];
+    if (!b.buffer.defined() || !b.work) continue;
+    const auto t0 = std::chrono::steady_clock::now();
+    pg_.wait(b.work);
+    stats_.bucket_wait_s.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    b.work.reset();
+    releaseBuffer(b.buffer);
   }
 }
 
@@ -329,7 +360,7 @@ void BucketReducer::finishBackward() {
     if (b.work) pg_.wait(b.work);  // released buckets were waited for during backward
     stats_.bucket_wait_s.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    if (opts_.release_after_reduce) b.work.reset(), b.buffer = torch::Tensor();
+    if (opts_.release_after_reduce) b.work.reset(), releaseBuffer(b.buffer);
     if (scatters()) continue;  // the shard is the result, for the sharded optimizer
     for (size_t s : b.slots) {
       auto& p = slots_[s].param;

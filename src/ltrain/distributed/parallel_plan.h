@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "ltrain/checkpoint/plan_state.h"
+#include "ltrain/common/element_range.h"
 #include "ltrain/config/experiment_config.h"
 #include "ltrain/distributed/bucket_reducer.h"
 #include "ltrain/distributed/extra_scalars.h"
@@ -78,16 +79,19 @@ struct PlanSummary {
   int64_t optimizer_state_bytes = 0;
   // After a step: the parameters' .grad, the buckets' buffers and reduced slices, each once.
   int64_t gradient_bytes = 0;
+  // Of those, the memory that exists only within a step (a sharded optimizer's reduced slices,
+  // freed after its step): LTRAIN_MEMORY_LOG counts it as it comes and goes.
+  int64_t gradient_bytes_within_steps = 0;
   int64_t parameter_bytes = 0;      // between steps: the model's, and any flat copies
   int64_t gathered_peak_bytes = 0;  // sharded parameters: the most gathered at once so far
 };
 
 class ParallelPlan {
  public:
-  // The optimizer of `params`; `decay_masks` (ZeRO's flat slices): per parameter, 1 where the
-  // element belongs to a matrix (optimizer.decay matrices), else empty.
+  // The optimizer of `params`; `decay_ranges` (ZeRO's flat slices): per parameter, the element
+  // ranges that belong to matrices (optimizer.decay matrices), else empty.
   using MakeOptimizer = std::function<std::unique_ptr<torch::optim::Optimizer>(
-      std::vector<torch::Tensor> params, std::vector<torch::Tensor> decay_masks)>;
+      std::vector<torch::Tensor> params, std::vector<std::vector<ElementRange>> decay_ranges)>;
   virtual ~ParallelPlan() = default;
 
   // Before each micro-batch's forward, or a 1F1B stage's last backward (MicroStep).

@@ -145,7 +145,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::connect(const Runtime& rt,
     Watchdog::Waiting waiting(c->watchdog_.get());
     std::string why_not;
     c->shm_ =
-        SharedMemoryAllreduce::join(*c->store_, rt.rank, rt.world_size, c->timeout_, &why_not);
+        SharedMemoryCollectives::join(*c->store_, rt.rank, rt.world_size, c->timeout_, &why_not);
     if (!c->shm_ && rt.isMain())
       spdlog::warn("dist.shm_allreduce: all-reduces go through Gloo: {}", why_not);
   }
@@ -261,7 +261,7 @@ void ProcessGroup::wait(const c10::intrusive_ptr<c10d::Work>& work) {
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::allreduce(std::vector<at::Tensor>& io) {
-  if (shm_ && SharedMemoryAllreduce::supports(io)) return shm_->allreduce(io);
+  if (shm_ && SharedMemoryCollectives::supports(io)) return shm_->allreduce(io);
   return backend_->allreduce(io);
 }
 
@@ -283,10 +283,12 @@ c10::intrusive_ptr<c10d::Work> ProcessGroup::allToAll(at::Tensor& out, at::Tenso
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::allgatherInto(at::Tensor& out, at::Tensor& in) {
+  if (shm_ && shm_->canGather(out, in)) return shm_->allgather(out, in);
   return backend_->_allgather_base(out, in);
 }
 
 c10::intrusive_ptr<c10d::Work> ProcessGroup::reduceScatterInto(at::Tensor& out, at::Tensor& in) {
+  if (shm_ && shm_->canReduceScatter(out, in)) return shm_->reduceScatter(out, in);
   return backend_->_reduce_scatter_base(out, in);
 }
 

@@ -14,7 +14,7 @@
 
 #include "ltrain/config/experiment_config.h"
 #include "ltrain/distributed/runtime.h"
-#include "ltrain/distributed/shm_allreduce.h"
+#include "ltrain/distributed/shm_collectives.h"
 #include "ltrain/distributed/watchdog.h"
 
 namespace ltrain::distributed {
@@ -62,19 +62,21 @@ class ProcessGroup {
   // that one object owns every collective of the job (and can time, trace or reroute them).
   c10::intrusive_ptr<c10d::Work> broadcast(std::vector<at::Tensor>& io);  // rank 0's to all
   c10::intrusive_ptr<c10d::Work> broadcastFrom(std::vector<at::Tensor>& io, int64_t root);
-  // `out` (world x in's numel) gets every rank's `in`, in rank order.
+  // `out` (world x in's numel) gets every rank's `in`, in rank order. Through shared memory as
+  // allreduce is, where the tensors allow (any dtype).
   c10::intrusive_ptr<c10d::Work> allgatherInto(at::Tensor& out, at::Tensor& in);
   // Rows of `in` (dimension 0) to every rank, in_rows[r] of them to rank r in rank order; `out`
   // gets out_rows[r] rows from rank r, in rank order.
   c10::intrusive_ptr<c10d::Work> allToAll(at::Tensor& out, at::Tensor& in,
                                           std::vector<int64_t> out_rows,
                                           std::vector<int64_t> in_rows);
-  // `out` (in's numel / world) gets this rank's slice of the sum of every rank's `in`.
+  // `out` (in's numel / world) gets this rank's slice of the sum of every rank's `in`. Through
+  // shared memory as allreduce is, where the tensors allow.
   c10::intrusive_ptr<c10d::Work> reduceScatterInto(at::Tensor& out, at::Tensor& in);
   // Rank 0's out[0] (world tensors shaped as `in`) gets every rank's in[0]; out empty elsewhere.
   c10::intrusive_ptr<c10d::Work> gatherToRankZero(std::vector<std::vector<at::Tensor>>& out,
                                                   std::vector<at::Tensor>& in);
-  // Whether all-reduces go through shared memory (for the start-up line and the tests).
+  // Whether collectives go through shared memory (for the start-up line and the tests).
   bool sharedMemory() const { return shm_ != nullptr; }
   // Sum of `values` over all ranks (small reductions: losses, counts).
   std::vector<double> allreduceSum(const std::vector<double>& values);
@@ -97,7 +99,7 @@ class ProcessGroup {
   std::string backend_name_;
   std::shared_ptr<Watchdog> watchdog_;
   std::shared_ptr<std::function<void(const std::string&)>> before_hang_exit_;
-  std::shared_ptr<SharedMemoryAllreduce> shm_;  // null: every all-reduce through backend_
+  std::shared_ptr<SharedMemoryCollectives> shm_;  // null: every collective through backend_
 
   c10::intrusive_ptr<c10d::Backend> makeBackend(const std::string& prefix,
                                                 c10::Device device) const;

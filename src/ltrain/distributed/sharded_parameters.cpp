@@ -7,6 +7,9 @@
 #include <map>
 #include <numeric>
 
+#include "ltrain/common/allocator.h"
+#include "ltrain/common/mapped_memory.h"
+#include "ltrain/common/tensor_memory.h"
 #include "ltrain/common/tensor_storage.h"
 #include "ltrain/distributed/process_group.h"
 
@@ -63,6 +66,22 @@ std::vector<int64_t> unitsOfLayers(const std::vector<std::vector<torch::Tensor>>
   return out;
 }
 
+namespace {
+
+// A unit's buffer gets its memory, or gives it back (LTRAIN_MEMORY_LOG counts it as gathered).
+void fill(const torch::Tensor& full) {
+  if (hasStorage(full)) return;
+  allocateStorage(full);
+  addTransientBytes(Transient::kGatheredUnits, static_cast<int64_t>(full.storage().nbytes()));
+}
+
+void empty(const torch::Tensor& full) {
+  addTransientBytes(Transient::kGatheredUnits, -static_cast<int64_t>(full.storage().nbytes()));
+  freeStorage(full);
+}
+
+}  // namespace
+
 ShardedParameters::ShardedParameters(ProcessGroup& pg, std::vector<UnitInit> units,
                                      std::vector<int64_t> unit_of_layer, bool prefetch,
                                      torch::ScalarType gathered_dtype)
@@ -78,8 +97,8 @@ ShardedParameters::ShardedParameters(ProcessGroup& pg, std::vector<UnitInit> uni
       // Parameters held in bf16 (a frozen base under lora.base_dtype) are gathered as they are.
       const auto held = part.layout.params.front().scalar_type();
       part.full =
-          torch::zeros({part.layout.padded}, part.layout.params.front().options().dtype(
-                                                 held == torch::kBFloat16 ? held : gathered_dtype));
+          mappedZeros(part.layout.padded, part.layout.params.front().options().dtype(
+                                              held == torch::kBFloat16 ? held : gathered_dtype));
       viewParameters(part);
       freeStorage(part.full);
       u.parts.push_back(std::move(part));
@@ -120,7 +139,7 @@ void ShardedParameters::gather(size_t i, bool wait) {
   Unit& u = units_[i];
   if (!u.gathered && !u.parts.front().gathering) {
     for (auto& part : u.parts) {
-      allocateStorage(part.full);
+      fill(part.full);
       // Cast before the all-gather (bf16 units): half the traffic, and the cast is each rank's.
       part.cast = part.shard.detach().to(part.full.scalar_type());
       part.gathering = pg_.allgatherInto(part.full, part.cast);
@@ -142,13 +161,18 @@ void ShardedParameters::release(size_t i) {
   for (auto& part : u.parts) {
     if (part.gathering) pg_.wait(part.gathering), part.gathering.reset();  // not under a collective
     part.cast = torch::Tensor();
-    freeStorage(part.full);
+    empty(part.full);
   }
   u.gathered = false;
 }
 
 void ShardedParameters::gradientsIn(size_t u) {
   if (!units_[u].frozen) release(u);
+  // The activations this unit's backward freed leave the heap here: the memory the reduced
+  // slices and the next units take is mapped of its own (mapped_memory.h), so what the heap kept
+  // would only add to the peak, which comes late in backward (110 MiB of the 302M GPT's
+  // 4-rank peak, bench/RESULTS.md).
+  giveBackFreedMemory();
 }
 
 void ShardedParameters::releaseAll() {
@@ -195,6 +219,8 @@ void ShardedParameters::forEachUnitOnHost(
       // The slices' own values (fp32 where the units are gathered in bf16), into a buffer of
       // their own: the parameters' gathered memory is not touched.
       auto full = torch::empty({l.padded}, part.shard.options());
+      const auto bytes = static_cast<int64_t>(full.nbytes());
+      addTransientBytes(Transient::kGatheredUnits, bytes);
       auto in = part.shard.detach();
       pg_.wait(pg_.allgatherInto(full, in));
       std::vector<torch::Tensor> host;
@@ -206,7 +232,10 @@ void ShardedParameters::forEachUnitOnHost(
                              .to(torch::kCPU, /*non_blocking=*/false, /*copy=*/true));
         }
       full = torch::Tensor();
+      addTransientBytes(Transient::kGatheredUnits, -bytes);
       if (main) fn(k, host);
+      host.clear();
+      giveBackFreedMemory();  // the host copies, from the heap: one unit's at a time
       ++k;
     }
 }

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "ltrain/common/mapped_memory.h"
+#include "ltrain/common/tensor_memory.h"
+#include "ltrain/common/tensor_storage.h"
 #include "ltrain/distributed/gradients.h"
 #include "ltrain/distributed/optimizer_state.h"
 #include "ltrain/distributed/process_group.h"
@@ -31,7 +34,8 @@ ShardedOptimizerPlan::ShardedOptimizerPlan(const PlanSetup& s, const Configure& 
   reducer_ = std::make_unique<BucketReducer>(std::move(tensors), pg_, o);
   has_buffers_ = !model_->buffers().empty();
   torch::NoGradGuard no_grad;
-  std::vector<torch::Tensor> slices, masks;
+  std::vector<torch::Tensor> slices;
+  std::vector<std::vector<ElementRange>> decay;
   for (size_t b = 0; b < reducer_->bucketCount(); ++b) {
     Shard sh{reducer_->layout(b), {}, {}};
     if (sh.bucket.shard.scalar_type() != sh.bucket.params.front().scalar_type() && stage_ != 3)
@@ -40,25 +44,33 @@ ShardedOptimizerPlan::ShardedOptimizerPlan(const PlanSetup& s, const Configure& 
                    .set_requires_grad(true);
     // The optimizer reads the reduce-scatter's output in place: no copy per step; reduced in
     // another dtype, it is cast into a gradient of the slice's own after each backward.
-    if (sh.bucket.shard.scalar_type() != sh.param.scalar_type())
-      sh.grad = torch::zeros_like(sh.param);
+    if (sh.bucket.shard.scalar_type() != sh.param.scalar_type()) {
+      sh.grad = mappedZeros(sh.param.numel(), sh.param.options());
+      addTransientBytes(Transient::kGradientSlices, bytesOf(sh.grad));
+    }
     sh.param.mutable_grad() = sh.grad.defined() ? sh.grad : sh.bucket.shard;
     slices.push_back(sh.param);
-    // Which elements of the slice are of matrices, a byte each: a mask the optimizer keeps
-    // (decay on matrices) costs a quarter of the slice, not a whole fp32 copy of it.
-    std::vector<torch::Tensor> matrix;
-    for (const auto& p : sh.bucket.params)
-      matrix.push_back(torch::full(p.sizes(), p.dim() >= 2, p.options().dtype(torch::kBool)));
-    masks.push_back(flatSlice(sh, matrix));
+    // Which elements of the slice are of matrices (optimizer.decay matrices decays those).
+    decay.emplace_back();
+    const auto window = mine(sh);
+    for (size_t i = 0; i < sh.bucket.params.size(); ++i) {
+      const auto& p = sh.bucket.params[i];
+      const auto here = overlap(window, sh.bucket.offsets[i], p.numel());
+      if (p.dim() < 2 || here.empty()) continue;
+      const int64_t at = sh.bucket.offsets[i] + here.begin - window.begin;
+      decay.back().push_back({at, at + here.size()});
+    }
     shards_.push_back(std::move(sh));
   }
-  opt_ = make_optimizer_(slices, masks);
+  opt_ = make_optimizer_(slices, decay);
 }
 
 void ShardedOptimizerPlan::prepare(const MicroStep& m) {
   if (m.last_backward_of_stage >= 0) return;  // no pipeline under ZeRO
-  if (m.first)
+  if (m.first) {
     for (auto& p : model_->parameters()) p.mutable_grad().reset();
+    freeGradients();
+  }
   reducer_->prepareBackward(m.last);
   if (has_buffers_) reducer_->broadcastBuffers();
 }
@@ -67,7 +79,11 @@ torch::Tensor ShardedOptimizerPlan::finishGradients(const torch::Tensor& unscale
   reducer_->finishBackward();
   afterBackward();
   for (auto& s : shards_)
-    if (s.grad.defined()) s.grad.copy_(s.bucket.shard);
+    if (s.grad.defined()) {
+      if (!hasStorage(s.grad))
+        allocateStorage(s.grad), addTransientBytes(Transient::kGradientSlices, bytesOf(s.grad));
+      s.grad.copy_(s.bucket.shard);
+    }
   auto found = unscaleAndFindInf(shardGradients(), unscale);
   std::vector<at::Tensor> io{found};
   pg_.wait(pg_.allreduce(io));  // a rank's inf is every rank's
@@ -84,11 +100,23 @@ void ShardedOptimizerPlan::step(const OptimizerStep& s) {
 
 void ShardedOptimizerPlan::zeroGradients() {
   torch::NoGradGuard no_grad;
-  for (auto& s : shards_) {
-    s.bucket.shard.zero_();
-    if (s.grad.defined()) s.grad.zero_();
-  }
+  for (auto& s : shards_)
+    for (const auto* t : {&s.bucket.shard, &s.grad})
+      if (t->defined() && hasStorage(*t)) t->zero_();
   afterStep();  // the step's extras still reach every rank
+}
+
+// At a step's start the reduced slices hold nothing it reads (its reduce-scatters write every
+// element; the last step's norm was logged), so their memory goes until their bucket launches,
+// as torch.optim's zero_grad(set_to_none=True) drops .grad: the forward and the first half of
+// backward, where the activations peak, run without G / W.
+void ShardedOptimizerPlan::freeGradients() {
+  for (auto& s : shards_)
+    for (const auto* t : {&s.bucket.shard, &s.grad})
+      if (t->defined() && hasStorage(*t)) {
+        addTransientBytes(Transient::kGradientSlices, -bytesOf(*t));
+        freeStorage(*t);
+      }
 }
 
 StepReport ShardedOptimizerPlan::lastStep() const {
@@ -104,8 +132,14 @@ PlanSummary ShardedOptimizerPlan::summary() const {
   r.optimizer_state_bytes = distributed::optimizerStateBytes(*opt_);
   auto grads = reducer_->bufferTensors();  // the slices are the flat parameters' .grad too
   for (const auto& p : model_->parameters()) grads.push_back(p.grad());
-  for (const auto& sh : shards_) grads.push_back(sh.grad);
   r.gradient_bytes = distinctStorageBytes(grads);
+  // The reduced slices as a step holds them (their memory is freed between steps).
+  for (const auto& sh : shards_) {
+    int64_t slices = bytesOf(sh.bucket.shard);
+    if (hasStorage(sh.bucket.shard)) r.gradient_bytes -= slices;  // counted above
+    if (sh.grad.defined()) slices += bytesOf(sh.grad);
+    r.gradient_bytes += slices, r.gradient_bytes_within_steps += slices;
+  }
   describe(r);
   return r;
 }

@@ -81,6 +81,7 @@ class ShardedOptimizerPlan : public ParallelPlan, protected PlanState {
  private:
   // The norm over every rank's slices: a 0-d double on the device, summed by a collective.
   torch::Tensor globalNorm();
+  void freeGradients();
   torch::Tensor weightedSquares() const;
   std::vector<torch::Tensor> shardGradients() const;
   void gatherStateInto(torch::optim::Optimizer& whole);

@@ -10,32 +10,33 @@
 namespace ltrain::optim {
 namespace {
 
-// Device type, index, dtype, and whether the parameters' decay is masked (setDecayMask): one
-// kernel call per kind.
+// Device type, index, dtype, and whether the parameters' decay is by ranges (setDecayRanges):
+// one kernel call per kind.
 using DeviceKey = std::tuple<int, int, int, bool>;
 DeviceKey keyOf(const torch::Tensor& t, bool masked) {
   return {static_cast<int>(t.device().type()), t.device().index(),
           static_cast<int>(t.scalar_type()), masked};
 }
 
-// Masked weight decay, outside the kernel (which then gets none): decoupled (AdamW) scales the
-// parameter by 1 - lr * wd where the mask is 1, unless the step is skipped; coupled (SGD, Adam)
-// adds wd * parameter to the gradient there, as the kernels do.
-void maskedDecay(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
-                 const std::vector<torch::Tensor>& masks, double lr, double wd, bool decoupled,
-                 const std::optional<torch::Tensor>& flag) {
+// Weight decay in ranges, outside the kernel (which then gets none): decoupled (AdamW) scales
+// the parameter by 1 - lr * wd there, unless the step is skipped; coupled (SGD, Adam) adds
+// wd * parameter to the gradient there, as the kernels do. In place, range by range: nothing the
+// size of the parameter is allocated.
+void decayInRanges(const std::vector<torch::Tensor>& params,
+                   const std::vector<torch::Tensor>& grads,
+                   const std::vector<const DecayRanges*>& ranges, double lr, double wd,
+                   bool decoupled, const std::optional<torch::Tensor>& flag) {
   if (wd == 0) return;
   for (size_t i = 0; i < params.size(); ++i) {
     if (decoupled) {
-      // p * (1 - lr * wd) where the mask is 1, one rounding as the fused kernel's own decay
-      // (p + p * -lr * wd rounds twice, and parted ZeRO from DDP by 1e-5 in 20 AdamW steps).
-      auto keep = torch::scalar_tensor(1.0, params[i].options());
-      auto factor = torch::where(masks[i] > 0,
-                                 torch::scalar_tensor(1.0 - lr * wd, params[i].options()), keep);
-      if (flag) factor = torch::where(*flag > 0, keep, factor);
-      params[i].mul_(factor);
+      // p * (1 - lr * wd), one rounding as the fused kernel's own decay (p + p * -lr * wd rounds
+      // twice, and parted ZeRO from DDP by 1e-5 in 20 AdamW steps).
+      auto factor = torch::scalar_tensor(1.0 - lr * wd, params[i].options());
+      if (flag) factor = torch::where(*flag > 0, torch::ones_like(factor), factor);
+      for (const auto& r : *ranges[i]) params[i].narrow(0, r.begin, r.size()).mul_(factor);
     } else {
-      grads[i].add_(params[i] * masks[i], wd);
+      for (const auto& r : *ranges[i])
+        grads[i].narrow(0, r.begin, r.size()).add_(params[i].narrow(0, r.begin, r.size()), wd);
     }
   }
 }
@@ -55,7 +56,8 @@ torch::Tensor runClosure(const torch::optim::Optimizer::LossClosure& closure) {
 
 // The parameters of one group, one device and dtype at a time, with their Adam state.
 struct AdamLists {
-  std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, masks;
+  std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
+  std::vector<const DecayRanges*> decay;
 };
 
 using StepCounts = std::unordered_map<const c10::TensorImpl*, torch::Tensor>;
@@ -83,9 +85,9 @@ void adamStep(torch::optim::Optimizer& opt, StepCounts& steps, const torch::Tens
       if (!count.defined())
         count = torch::full({}, static_cast<double>(st.step()),
                             torch::TensorOptions().dtype(torch::kFloat).device(p.device()));
-      const torch::Tensor* mask = self.decayMask(p);
-      auto& l = by_device[keyOf(p, mask != nullptr)];
-      if (mask) l.masks.push_back(*mask);
+      const DecayRanges* decay = self.decayRanges(p);
+      auto& l = by_device[keyOf(p, decay != nullptr)];
+      if (decay) l.decay.push_back(decay);
       l.params.push_back(p);
       l.grads.push_back(p.grad());
       l.exp_avgs.push_back(st.exp_avg());
@@ -97,8 +99,8 @@ void adamStep(torch::optim::Optimizer& opt, StepCounts& steps, const torch::Tens
     for (auto& [key, l] : by_device) {
       const auto flag = flagOn(found_inf, l.params.front().device());
       double wd = o.weight_decay();
-      if (!l.masks.empty()) {
-        maskedDecay(l.params, l.grads, l.masks, o.lr(), wd, decoupled, flag);
+      if (!l.decay.empty()) {
+        decayInRanges(l.params, l.grads, l.decay, o.lr(), wd, decoupled, flag);
         wd = 0;
       }
       at::_foreach_add_(l.steps, 1.0);
@@ -134,15 +136,17 @@ torch::Tensor FusedSGD::step(LossClosure closure) {
   for (auto& group : param_groups()) {
     auto& o = static_cast<torch::optim::SGDOptions&>(group.options());
     const bool momentum = o.momentum() != 0;
-    // params, grads, momentum buffers, decay masks
+    // params, grads, momentum buffers; and their decay ranges
     std::map<DeviceKey, std::vector<std::vector<torch::Tensor>>> by_device;
+    std::map<DeviceKey, std::vector<const DecayRanges*>> decay_of;
     for (auto& p : group.params()) {
       if (!p.grad().defined()) continue;
-      const torch::Tensor* mask = decayMask(p);
-      auto& l = by_device[keyOf(p, mask != nullptr)];
-      if (l.empty()) l.resize(4);
+      const DecayRanges* decay = decayRanges(p);
+      const auto key = keyOf(p, decay != nullptr);
+      auto& l = by_device[key];
+      if (l.empty()) l.resize(3);
       l[0].push_back(p), l[1].push_back(p.grad());
-      if (mask) l[3].push_back(*mask);
+      if (decay) decay_of[key].push_back(decay);
       if (!momentum) continue;
       auto& slot = state()[p.unsafeGetTensorImpl()];
       if (!slot) slot = std::make_unique<torch::optim::SGDParamState>();
@@ -155,8 +159,8 @@ torch::Tensor FusedSGD::step(LossClosure closure) {
     }
     for (auto& [key, l] : by_device) {
       double wd = o.weight_decay();
-      if (!l[3].empty()) {
-        maskedDecay(l[0], l[1], l[3], o.lr(), wd, /*decoupled=*/false, std::nullopt);
+      if (const auto d = decay_of.find(key); d != decay_of.end()) {
+        decayInRanges(l[0], l[1], d->second, o.lr(), wd, /*decoupled=*/false, std::nullopt);
         wd = 0;
       }
       at::_fused_sgd_(l[0], l[1], l[2], wd, o.momentum(), o.lr(), o.dampening(), o.nesterov(),

@@ -10,8 +10,14 @@
 #include <torch/optim/sgd.h>
 
 #include <unordered_map>
+#include <vector>
+
+#include "ltrain/common/element_range.h"
 
 namespace ltrain::optim {
+
+// Of a flat parameter, the element ranges weight decay applies to.
+using DecayRanges = std::vector<ElementRange>;
 
 // What the training step needs of an optimizer beyond LibTorch's interface.
 class DeviceSkippable {
@@ -26,20 +32,21 @@ class DeviceSkippable {
   // After the state was written from outside (a checkpoint, ZeRO's slices): the device step
   // counts are taken from it again.
   virtual void forgetDeviceSteps() {}
-  // Weight decay on `param` only where `mask` (its shape, 1 or 0) is 1: ZeRO's flat slices hold
-  // matrices and biases together, of which optimizer.decay matrices decays the matrices alone.
-  void setDecayMask(const torch::Tensor& param, torch::Tensor mask) {
-    decay_masks_[param.unsafeGetTensorImpl()] = std::move(mask);
+  // Weight decay on `param` (1-d) only in `ranges`: ZeRO's flat slices hold matrices and biases
+  // together, of which optimizer.decay matrices decays the matrices alone. Ranges, not a mask:
+  // a byte per element was a quarter of the slices' memory again.
+  void setDecayRanges(const torch::Tensor& param, DecayRanges ranges) {
+    decay_ranges_[param.unsafeGetTensorImpl()] = std::move(ranges);
   }
-  // The mask of `p`, or null: decay where its group says.
-  const torch::Tensor* decayMask(const torch::Tensor& p) const {
-    auto it = decay_masks_.find(p.unsafeGetTensorImpl());
-    return it == decay_masks_.end() ? nullptr : &it->second;
+  // The ranges of `p`, or null: decay where its group says.
+  const DecayRanges* decayRanges(const torch::Tensor& p) const {
+    auto it = decay_ranges_.find(p.unsafeGetTensorImpl());
+    return it == decay_ranges_.end() ? nullptr : &it->second;
   }
 
  protected:
   torch::Tensor found_inf_;
-  std::unordered_map<const c10::TensorImpl*, torch::Tensor> decay_masks_;
+  std::unordered_map<const c10::TensorImpl*, DecayRanges> decay_ranges_;
 };
 
 class FusedSGD final : public torch::optim::SGD, public DeviceSkippable {

@@ -29,10 +29,10 @@ std::vector<torch::optim::OptimizerParamGroup> groups(const std::vector<torch::T
 template <class Optimizer, class Options>
 std::unique_ptr<torch::optim::Optimizer> make(const std::vector<torch::Tensor>& params,
                                               const Options& o, bool matrices_only,
-                                              const std::vector<torch::Tensor>& masks) {
-  auto opt = std::make_unique<Optimizer>(groups(params, o, matrices_only && masks.empty()), o);
+                                              const std::vector<DecayRanges>& ranges) {
+  auto opt = std::make_unique<Optimizer>(groups(params, o, matrices_only && ranges.empty()), o);
   if (matrices_only)
-    for (size_t i = 0; i < masks.size(); ++i) opt->setDecayMask(params[i], masks[i]);
+    for (size_t i = 0; i < ranges.size(); ++i) opt->setDecayRanges(params[i], ranges[i]);
   return opt;
 }
 
@@ -40,7 +40,7 @@ std::unique_ptr<torch::optim::Optimizer> make(const std::vector<torch::Tensor>& 
 
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const config::OptimizerConfig& c,
                                                        std::vector<torch::Tensor> params,
-                                                       std::vector<torch::Tensor> decay_masks) {
+                                                       std::vector<DecayRanges> decay_ranges) {
   namespace optim = torch::optim;
   const bool matrices = c.decay == config::Decay::kMatrices && c.weight_decay > 0;
   if (c.name == config::OptimizerName::kAdam)
@@ -49,20 +49,20 @@ std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const config::OptimizerCo
                                               .betas({c.betas[0], c.betas[1]})
                                               .eps(c.eps)
                                               .weight_decay(c.weight_decay),
-                                          matrices, decay_masks);
+                                          matrices, decay_ranges);
   if (c.name == config::OptimizerName::kAdamw)
     return make<ltrain::optim::FusedAdamW>(params,
                                            optim::AdamWOptions(c.lr)
                                                .betas({c.betas[0], c.betas[1]})
                                                .eps(c.eps)
                                                .weight_decay(c.weight_decay),
-                                           matrices, decay_masks);
+                                           matrices, decay_ranges);
   return make<ltrain::optim::FusedSGD>(params,
                                        optim::SGDOptions(c.lr)
                                            .momentum(c.momentum)
                                            .nesterov(c.nesterov)
                                            .weight_decay(c.weight_decay),
-                                       matrices, decay_masks);
+                                       matrices, decay_ranges);
 }
 
 void setLearningRate(torch::optim::Optimizer& opt, double lr) {

@@ -7,15 +7,16 @@
 #include <vector>
 
 #include "ltrain/config/experiment_config.h"
+#include "ltrain/optim/fused.h"
 
 namespace ltrain::optim {
 
 // optimizer.decay matrices: the parameters of 2 or more dimensions decay, the others not (two
-// parameter groups); or, given `decay_masks` (one per parameter, ZeRO's flat slices), the
-// elements where the mask is 1.
+// parameter groups); or, given `decay_ranges` (one list per parameter, ZeRO's flat slices), the
+// elements in those ranges.
 std::unique_ptr<torch::optim::Optimizer> makeOptimizer(const config::OptimizerConfig& cfg,
                                                        std::vector<torch::Tensor> params,
-                                                       std::vector<torch::Tensor> decay_masks = {});
+                                                       std::vector<DecayRanges> decay_ranges = {});
 void setLearningRate(torch::optim::Optimizer& opt, double lr);
 
 }  // namespace ltrain::optim

@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "ltrain/checkpoint/checkpointing.h"
+#include "ltrain/common/allocator.h"
 #include "ltrain/common/errors.h"
 #include "ltrain/common/memory.h"
 #include "ltrain/common/memory_phase.h"
@@ -97,6 +98,7 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
   // (Tensor parallelism with a single replica: the groups' parts are all there is to shard.)
   const bool deferred = distributed::shardsParameters(cfg_.dist, grouped) &&
                         (cfg_.dist.tensor_parallel == 1 || data_world_ > 1);
+  tuneAllocatorForBuilding();  // until the plan has spread the model (resumeAndSpread)
   try {
     MemoryPhase phase("build");
     const int64_t tp = cfg_.dist.tensor_parallel;
@@ -155,12 +157,14 @@ void Trainer::prepare(const config::LoadedConfig& lc, const TrainRequest& req) {
       writeSummary("failed", secondsSince(run_start_), 0, why, /*read_device=*/false);
     });
   StopSignal::checkpoint("while preparing the run directory");
-  auto make_optimizer = [this](std::vector<torch::Tensor> p, std::vector<torch::Tensor> masks) {
-    return optim::makeOptimizer(cfg_.optimizer, std::move(p), std::move(masks));
+  auto make_optimizer = [this](std::vector<torch::Tensor> p,
+                               std::vector<optim::DecayRanges> decay) {
+    return optim::makeOptimizer(cfg_.optimizer, std::move(p), std::move(decay));
   };
   rng_ = RngStreams(devices_.main);
   tally_ = std::make_unique<LossTally>(devices_.main);
   const bool resumed = resumeAndSpread(make_optimizer);
+  tuneAllocatorForTraining();
   if (dpo_) dpo_->place();
   step_ = std::make_unique<TrainStep>(cfg_, model_, devices_, *plan_, scaler_, faults_, dpo_.get());
   checkpointer_ = std::make_unique<checkpoint::Checkpointer>(run_.path, cfg_.train.keep_checkpoints,

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "ltrain/checkpoint/checkpointing.h"
+#include "ltrain/common/memory_phase.h"
 #include "ltrain/common/rng_streams.h"
 #include "ltrain/common/stop_signal.h"
 #include "ltrain/data/distributed_sampler.h"
@@ -50,6 +51,8 @@ struct Window {
 class Trainer {
  public:
   Trainer(const config::LoadedConfig& lc, const TrainRequest& req, const distributed::Runtime& rt);
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
   Summary run();
 
  private:
@@ -80,6 +83,8 @@ class Trainer {
   // What a checkpoint holds besides the model and the plan's state, each saving its own.
   checkpoint::Components parts() { return {&state_, &scaler_, tally_.get(), &rng_}; }
   void stopOnDeferredNonFinite();
+  // What the plan keeps from step to step (LTRAIN_MEMORY_LOG's categories).
+  KeptMemory keptMemory() const;
 
   const config::ExperimentConfig& cfg_;
   distributed::Runtime rt_;
@@ -120,6 +125,10 @@ class Trainer {
   int64_t skipped_draws_seen_ = 0;  // data.on_bad_image skip: reported in earlier windows
   std::optional<std::vector<std::string>> skipped_image_files_;
   Clock::time_point run_start_ = Clock::now();
+  // Last, so gone first (a constructor that throws too): keptMemory() reads plan_ and model_.
+  struct ForgetKeptMemory {
+    ~ForgetKeptMemory() { setKeptMemory(nullptr); }
+  } forget_kept_memory_;
 };
 
 }  // namespace ltrain::train

@@ -301,4 +301,16 @@ void Trainer::writeSummary(const std::string& status, double wall_s, double samp
   reporter_.summary(s);
 }
 
+KeptMemory Trainer::keptMemory() const {
+  KeptMemory k;
+  if (!plan_) return k;
+  const auto s = plan_->summary();
+  k.parameters = s.parameter_bytes;
+  k.gradients = s.gradient_bytes - s.gradient_bytes_within_steps;
+  k.optimizer_state = s.optimizer_state_bytes;
+  for (const auto& b : model_->buffers())
+    k.buffers += b.numel() * static_cast<int64_t>(b.element_size());
+  return k;
+}
+
 }  // namespace ltrain::train

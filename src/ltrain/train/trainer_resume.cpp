@@ -72,6 +72,7 @@ bool Trainer::resumeAndSpread(const distributed::ParallelPlan::MakeOptimizer& ma
     plan_ =
         distributed::parallelize(model_, cfg_.dist, pg_.get(),
                                  {make_optimizer, {StopVote::kScalars, StopVote::fill}, compute});
+    setKeptMemory([this] { return keptMemory(); });
     if (shards)
       plan_->state().loadOptimizerRanges(checkpoint::rangeSource(shards));
     else if (resumed)

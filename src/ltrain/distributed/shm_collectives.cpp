@@ -1,4 +1,4 @@
-#include "ltrain/distributed/shm_allreduce.h"
+#include "ltrain/distributed/shm_collectives.h"
 
 #include <ATen/Dispatch.h>
 #include <c10/util/Exception.h>
@@ -41,10 +41,12 @@ struct Header {
   int64_t slot_bytes;
   int32_t pids[kMaxWorld];
   uint64_t pid_namespaces[kMaxWorld];  // inode of /proc/self/ns/pid: pids mean the same to all?
-  // Per rank, what it reduces in the current chunk: elements of the tensor and its dtype. A rank
-  // that all-reduces something else is an error, not stale bytes summed in.
-  int64_t numel[kMaxWorld];
-  int32_t dtype[kMaxWorld];
+  // Per rank, what it reduces in the current chunk: the collective, elements of the tensor and
+  // its dtype. A rank that issued something else is an error, not stale bytes summed in. Two
+  // copies, as the data slots: a rank writes the next chunk's before the others read this one's.
+  int64_t numel[2][kMaxWorld];
+  int32_t dtype[2][kMaxWorld];
+  int32_t op[2][kMaxWorld];
   Counter count;               // ranks arrived at the current barrier
   Counter generation;          // the last barrier every rank reached (the futex word)
   Counter arrived[kMaxWorld];  // the last barrier each rank reached (to name the late ones)
@@ -98,9 +100,35 @@ void sumSlots(const std::vector<const T*>& in, T* out, int64_t n) {
   }
 }
 
+enum class Op : int32_t { kAllreduce, kAllgather, kReduceScatter };
+
+const char* nameOf(Op op) {
+  switch (op) {
+    case Op::kAllgather:
+      return "all-gather";
+    case Op::kReduceScatter:
+      return "reduce-scatter";
+    case Op::kAllreduce:
+      break;
+  }
+  return "all-reduce";
+}
+
+c10d::OpType typeOf(Op op) {
+  switch (op) {
+    case Op::kAllgather:
+      return c10d::OpType::_ALLGATHER_BASE;
+    case Op::kReduceScatter:
+      return c10d::OpType::_REDUCE_SCATTER_BASE;
+    case Op::kAllreduce:
+      break;
+  }
+  return c10d::OpType::ALLREDUCE;
+}
+
 class ShmWork final : public c10d::Work {
  public:
-  ShmWork() : c10d::Work(-1, c10d::OpType::ALLREDUCE) {}
+  explicit ShmWork(Op op) : c10d::Work(-1, typeOf(op)) {}
   void complete(std::exception_ptr e) { finish(std::move(e)); }
   // The worker thread ends every collective itself, by its own deadline and with a message that
   // names the late rank: the caller's timeout would only say "Operation timed out!".
@@ -109,7 +137,7 @@ class ShmWork final : public c10d::Work {
 
 }  // namespace
 
-struct SharedMemoryAllreduce::State {
+struct SharedMemoryCollectives::State {
   int64_t rank = 0, world = 1;
   std::chrono::milliseconds timeout{0};
   void* map = MAP_FAILED;
@@ -125,9 +153,11 @@ struct SharedMemoryAllreduce::State {
   std::mutex mu;
   std::condition_variable cv;
   struct Job {
-    std::vector<at::Tensor> io;
+    Op op = Op::kAllreduce;
+    std::vector<at::Tensor> io;  // all-reduce: in place; the others: output, input
     c10::intrusive_ptr<ShmWork> work;
   };
+  Op current = Op::kAllreduce;  // the collective running now (for messages)
   std::deque<Job> queue;
   bool stop = false;
   std::atomic<bool> abort{false};
@@ -173,22 +203,52 @@ struct SharedMemoryAllreduce::State {
     for (;;) {
       const uint32_t seen = h->generation.v.load();
       if (static_cast<int32_t>(seen - b) >= 0) return;
-      if (abort.load()) fail("shared-memory all-reduce: abandoned (the process group is closing)");
+      if (abort.load())
+        fail(fmt::format("shared-memory {}: abandoned (the process group is closing)",
+                         nameOf(current)));
       const auto now = Clock::now();
       if (now >= deadline)
-        fail(fmt::format(
-            "rank {}: rank(s) {} did not reach shared-memory all-reduce #{} within {} s "
-            "(dist.timeout_s)",
-            rank, lateRanks(b), collectives, timeout.count() / 1000));
+        fail(
+            fmt::format("rank {}: rank(s) {} did not reach shared-memory {} #{} within {} s "
+                        "(dist.timeout_s)",
+                        rank, lateRanks(b), nameOf(current), collectives, timeout.count() / 1000));
       if (pids_visible && now >= next_probe) {
         next_probe = now + std::chrono::milliseconds(200);
         for (int64_t j = 0; j < world; ++j)
           if (static_cast<int32_t>(h->arrived[j].v.load() - b) < 0 && kill(h->pids[j], 0) != 0 &&
               errno == ESRCH)
-            fail(fmt::format("rank {}: rank {} (pid {}) exited during shared-memory all-reduce #{}",
-                             rank, j, h->pids[j], collectives));
+            fail(fmt::format("rank {}: rank {} (pid {}) exited during shared-memory {} #{}", rank,
+                             j, h->pids[j], nameOf(current), collectives));
       }
       futexWait(&h->generation.v, seen, std::chrono::milliseconds(20));
+    }
+  }
+
+  // After this rank wrote its slot of chunk `which`: every rank has written its own, and all of
+  // them run the same collective on tensors of the same size and dtype (`n`: the whole
+  // tensor's). What each publishes here is read before the next barrier, and rewritten two
+  // chunks later, after it.
+  void meet(uint64_t which, int64_t n, at::ScalarType type) {
+    const auto* numel = h->numel[which % 2];
+    const auto* dtype = h->dtype[which % 2];
+    const auto* op = h->op[which % 2];
+    h->numel[which % 2][rank] = n, h->dtype[which % 2][rank] = static_cast<int32_t>(type);
+    h->op[which % 2][rank] = static_cast<int32_t>(current);
+    barrier();
+    for (int64_t j = 0; j < world; ++j) {
+      if (op[j] != static_cast<int32_t>(current))
+        fail(
+            fmt::format("rank {}: shared-memory collective #{}: rank {} issued {} where this "
+                        "rank issued {} (the ranks issued different collectives)",
+                        rank, collectives, j, nameOf(static_cast<Op>(op[j])), nameOf(current)));
+      if (numel[j] != n || dtype[j] != static_cast<int32_t>(type))
+        fail(fmt::format(
+            "rank {}: shared-memory {} #{}: rank {} {} {} elements of {} where this rank {} {} "
+            "of {} (the ranks issued different collectives)",
+            rank, nameOf(current), collectives, j,
+            current == Op::kAllgather ? "gathers" : "reduces", numel[j],
+            c10::toString(static_cast<at::ScalarType>(dtype[j])),
+            current == Op::kAllgather ? "gathers" : "reduces", n, c10::toString(type)));
     }
   }
 
@@ -200,16 +260,7 @@ struct SharedMemoryAllreduce::State {
       const int64_t m = std::min(per_slot, n - off);
       const uint64_t which = chunks++;
       std::memcpy(slot(which, rank), buf + off, static_cast<size_t>(m) * sizeof(T));
-      // Read by the others between the next two barriers; rewritten only after the second.
-      h->numel[rank] = n, h->dtype[rank] = static_cast<int32_t>(type);
-      barrier();
-      for (int64_t j = 0; j < world; ++j)
-        if (h->numel[j] != n || h->dtype[j] != static_cast<int32_t>(type))
-          fail(fmt::format(
-              "rank {}: shared-memory all-reduce #{}: rank {} reduces {} elements of {} where "
-              "this rank reduces {} of {} (the ranks issued different collectives)",
-              rank, collectives, j, h->numel[j],
-              c10::toString(static_cast<at::ScalarType>(h->dtype[j])), n, c10::toString(type)));
+      meet(which, n, type);
       // Rank j sums elements [j*part, (j+1)*part) of the chunk into its own slot; 64-byte parts
       // so that no two ranks write one cache line.
       const int64_t align = 64 / static_cast<int64_t>(sizeof(T));
@@ -238,12 +289,67 @@ struct SharedMemoryAllreduce::State {
     }
   }
 
+  // `out` (world x n bytes) gets every rank's n bytes of `in`, a slot's worth at a time: one
+  // barrier per chunk, as for reduce-scatter.
+  void gather(char* out, const char* in, int64_t n) {
+    for (int64_t off = 0; off < n; off += h->slot_bytes) {
+      const int64_t m = std::min(h->slot_bytes, n - off);
+      const uint64_t which = chunks++;
+      std::memcpy(slot(which, rank), in + off, static_cast<size_t>(m));
+      meet(which, n, at::kByte);
+      for (int64_t j = 0; j < world; ++j)
+        std::memcpy(out + j * n + off, slot(which, j), static_cast<size_t>(m));
+    }
+  }
+
+  // `out` (n / world elements) gets the sum over ranks of this rank's part of `in` (n). Each
+  // chunk carries the same stretch of every rank's part: rank r sums part r of every slot, in
+  // rank order, straight into its output. One barrier per chunk: a slot is written again two
+  // chunks later, after the next chunk's barrier, which every rank reaches only once it has
+  // read this chunk.
+  template <typename T>
+  void reduceScatter(T* out, const T* in, int64_t n) {
+    const int64_t part = n / world;
+    const int64_t per_rank =
+        std::max<int64_t>(1, h->slot_bytes / static_cast<int64_t>(sizeof(T)) / world);
+    for (int64_t off = 0; off < part; off += per_rank) {
+      const int64_t m = std::min(per_rank, part - off);
+      const uint64_t which = chunks++;
+      T* mine = reinterpret_cast<T*>(slot(which, rank));
+      for (int64_t j = 0; j < world; ++j)
+        std::memcpy(mine + j * m, in + j * part + off, static_cast<size_t>(m) * sizeof(T));
+      meet(which, n, c10::CppTypeToScalarType<T>::value);
+      std::vector<const T*> parts;
+      for (int64_t j = 0; j < world; ++j)
+        parts.push_back(reinterpret_cast<const T*>(slot(which, j)) + rank * m);
+      sumSlots(parts, out + off, m);
+    }
+  }
+
   void run(const Job& job) {
     ++collectives;
-    for (const auto& t : job.io) {
-      // supports() let through only the dtypes this dispatches.
-      AT_DISPATCH_ALL_TYPES(t.scalar_type(), "shared-memory all-reduce",
-                            [&] { reduce(t.data_ptr<scalar_t>(), t.numel()); });
+    current = job.op;
+    switch (job.op) {
+      case Op::kAllreduce:
+        for (const auto& t : job.io) {
+          // supports() let through only the dtypes this dispatches.
+          AT_DISPATCH_ALL_TYPES(t.scalar_type(), "shared-memory all-reduce",
+                                [&] { reduce(t.data_ptr<scalar_t>(), t.numel()); });
+        }
+        break;
+      case Op::kAllgather: {
+        const auto& in = job.io[1];
+        gather(static_cast<char*>(job.io[0].data_ptr()), static_cast<const char*>(in.data_ptr()),
+               static_cast<int64_t>(in.nbytes()));
+        break;
+      }
+      case Op::kReduceScatter: {
+        const auto& in = job.io[1];
+        AT_DISPATCH_ALL_TYPES(in.scalar_type(), "shared-memory reduce-scatter", [&] {
+          reduceScatter(job.io[0].data_ptr<scalar_t>(), in.const_data_ptr<scalar_t>(), in.numel());
+        });
+        break;
+      }
     }
   }
 
@@ -274,11 +380,11 @@ struct SharedMemoryAllreduce::State {
   }
 };
 
-SharedMemoryAllreduce::SharedMemoryAllreduce(std::unique_ptr<State> s) : s_(std::move(s)) {
+SharedMemoryCollectives::SharedMemoryCollectives(std::unique_ptr<State> s) : s_(std::move(s)) {
   s_->worker = std::thread([st = s_.get()] { st->loop(); });
 }
 
-SharedMemoryAllreduce::~SharedMemoryAllreduce() {
+SharedMemoryCollectives::~SharedMemoryCollectives() {
   {
     std::lock_guard<std::mutex> lk(s_->mu);
     s_->stop = true;
@@ -288,7 +394,7 @@ SharedMemoryAllreduce::~SharedMemoryAllreduce() {
   if (s_->worker.joinable()) s_->worker.join();
 }
 
-bool SharedMemoryAllreduce::supports(const std::vector<at::Tensor>& io) {
+bool SharedMemoryCollectives::supports(const std::vector<at::Tensor>& io) {
   for (const auto& t : io) {
     const auto d = t.scalar_type();
     if (!t.device().is_cpu() || !t.is_contiguous() ||
@@ -298,17 +404,44 @@ bool SharedMemoryAllreduce::supports(const std::vector<at::Tensor>& io) {
   return !io.empty();
 }
 
-c10::intrusive_ptr<c10d::Work> SharedMemoryAllreduce::allreduce(const std::vector<at::Tensor>& io) {
-  auto work = c10::make_intrusive<ShmWork>();
+bool SharedMemoryCollectives::canGather(const at::Tensor& out, const at::Tensor& in) const {
+  return out.device().is_cpu() && in.device().is_cpu() && out.is_contiguous() &&
+         in.is_contiguous() && out.scalar_type() == in.scalar_type() &&
+         out.numel() == in.numel() * s_->world;
+}
+
+bool SharedMemoryCollectives::canReduceScatter(const at::Tensor& out, const at::Tensor& in) const {
+  return supports({out, in}) && out.scalar_type() == in.scalar_type() &&
+         in.numel() == out.numel() * s_->world;
+}
+
+c10::intrusive_ptr<c10d::Work> SharedMemoryCollectives::enqueue(int op,
+                                                                std::vector<at::Tensor> io) {
+  auto work = c10::make_intrusive<ShmWork>(static_cast<Op>(op));
   {
     std::lock_guard<std::mutex> lk(s_->mu);
-    s_->queue.push_back({io, work});
+    s_->queue.push_back({static_cast<Op>(op), std::move(io), work});
   }
   s_->cv.notify_one();
   return work;
 }
 
-std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::join(
+c10::intrusive_ptr<c10d::Work> SharedMemoryCollectives::allreduce(
+    const std::vector<at::Tensor>& io) {
+  return enqueue(static_cast<int>(Op::kAllreduce), io);
+}
+
+c10::intrusive_ptr<c10d::Work> SharedMemoryCollectives::allgather(const at::Tensor& out,
+                                                                  const at::Tensor& in) {
+  return enqueue(static_cast<int>(Op::kAllgather), {out, in});
+}
+
+c10::intrusive_ptr<c10d::Work> SharedMemoryCollectives::reduceScatter(const at::Tensor& out,
+                                                                      const at::Tensor& in) {
+  return enqueue(static_cast<int>(Op::kReduceScatter), {out, in});
+}
+
+std::unique_ptr<SharedMemoryCollectives> SharedMemoryCollectives::join(
     c10d::Store& store, int64_t rank, int64_t world, std::chrono::milliseconds timeout,
     std::string* why_not, std::string name) {
   auto st = std::make_unique<State>();
@@ -412,7 +545,7 @@ std::unique_ptr<SharedMemoryAllreduce> SharedMemoryAllreduce::join(
     if (st->h->pid_namespaces[j] == 0 || st->h->pid_namespaces[j] != st->h->pid_namespaces[rank] ||
         (kill(st->h->pids[j], 0) != 0 && errno == ESRCH))
       st->pids_visible = false;
-  return std::unique_ptr<SharedMemoryAllreduce>(new SharedMemoryAllreduce(std::move(st)));
+  return std::unique_ptr<SharedMemoryCollectives>(new SharedMemoryCollectives(std::move(st)));
 }
 
 }  // namespace ltrain::distributed
