@@ -5,6 +5,7 @@
 # AdamW, 3 steps, Gloo on the CPU, tokens cut from the fortune cookies by prepare_tokens.py. Each
 # side's figure is its worst rank's peak RSS (summary.json's peak_rss_mb; train_ref.py's is its
 # ranks' ru_maxrss); the share is (P + G + 2P) / W, the start what a rank holds before the model.
+# samples/s: each summary's, over the 3 steps.
 #   bench/zero3_vs_fully_shard.sh [LTRAIN_BIN]    prints a markdown table
 #   KEEP_LOGS=DIR: each run's LTRAIN_MEMORY_LOG (per phase and category) is kept there
 set -euo pipefail
@@ -21,14 +22,15 @@ keys=(data.dataset=tokens data.path=$tmp/tokens "data.train_files=train_*.bin"
   optimizer.name=adamw optimizer.lr=0.0001 train.max_steps=3 train.log_every=1 train.eval_every=0
   train.checkpoint_every=0 train.threads=1)
 peak() { python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['peak_rss_mb']))" "$1"; }
+speed() { python3 -c "import json,sys; print('%.3f' % json.load(open(sys.argv[1]))['samples_per_s'])" "$1"; }
 # What a rank holds before the model (LibTorch, threads, the process group, the data): the first
 # phase's start in LTRAIN_MEMORY_LOG, the largest rank's.
 start() {
   python3 -c "import json,sys; print(round(max(json.loads(l)['categories_mb']['libraries'] for l in open(sys.argv[1]))))" "$1"
 }
 P=$(python3 -c "print(round(${LAYERS:-24} * 12.6e6 * 4 / 2**20))")  # about 12.6M a block
-echo "| processes | share (P+G+2P)/W | ltrain start | ltrain peak | peak / (share + start) | fully_shard peak | ltrain / fully_shard |"
-echo "| --- | --- | --- | --- | --- | --- | --- |"
+echo "| processes | share (P+G+2P)/W | ltrain start | ltrain peak | peak / (share + start) | fully_shard peak | ltrain / fully_shard | samples/s ltrain, fully_shard |"
+echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 for w in 1 2 4; do
   zero=3; [ "$w" -eq 1 ] && zero=0
   LTRAIN_MEMORY_LOG=$tmp/memory-$w.jsonl "$bin" train "$root/configs/gpt_char.yaml" \
@@ -40,6 +42,7 @@ for w in 1 2 4; do
     "${fsdp[@]}" >"$tmp/torch-$w.log" 2>&1 || { tail -5 "$tmp/torch-$w.log"; exit 1; }
   a=$(peak "$tmp/ltrain-$w/summary.json"); b=$(peak "$tmp/torch-$w/summary.json")
   s=$(start "$tmp/memory-$w.jsonl")
-  python3 -c "print('| %d | %d MiB | %d MiB | %d MiB | %.2f | %d MiB | %.2f |' % ($w, 4 * $P / $w, $s, $a, $a / (4 * $P / $w + $s), $b, $a / $b))"
+  sa=$(speed "$tmp/ltrain-$w/summary.json"); sb=$(speed "$tmp/torch-$w/summary.json")
+  python3 -c "print('| %d | %d MiB | %d MiB | %d MiB | %.2f | %d MiB | %.2f | %s, %s |' % ($w, 4 * $P / $w, $s, $a, $a / (4 * $P / $w + $s), $b, $a / $b, '$sa', '$sb'))"
   if [ -n "${KEEP_LOGS:-}" ]; then cp "$tmp/memory-$w.jsonl" "$KEEP_LOGS/"; fi
 done

@@ -141,12 +141,14 @@ TEST_CASE("ranks that all-reduce tensors of different sizes get an error, not st
   CHECK(r.exit_code != 0);
   CHECK_THAT(r.out + r.err,
              Contains("reduces 1001 elements of Float where this rank reduces 1000"));
-  // One rank all-gathers where the other all-reduces: both say so.
+  // One rank all-gathers where the other reduce-scatters: both say so, from the segment.
   r = launchWorkers(2, "shm_op_mismatch");
   INFO(r.out << r.err);
   CHECK(r.exit_code != 0);
-  CHECK_THAT(r.out + r.err, Contains("rank 1 issued all-gather where this rank issued all-reduce"));
-  CHECK_THAT(r.out + r.err, Contains("rank 0 issued all-reduce where this rank issued all-gather"));
+  CHECK_THAT(r.out + r.err,
+             Contains("rank 1 issued reduce-scatter where this rank issued all-gather"));
+  CHECK_THAT(r.out + r.err,
+             Contains("rank 0 issued all-gather where this rank issued reduce-scatter"));
 }
 
 TEST_CASE("a segment name taken by a user's file in /dev/shm leaves the file alone", "[dist]") {

@@ -750,6 +750,7 @@ TEST_CASE("dist.zero=3 resumes a whole .pt with only rank 0 holding it whole", "
           Approx(summary["optimizer_state_mb"].get<double>()).margin(0.5));
     CHECK(c["gradients"].get<double>() > 0);
     CHECK(c["gathered_units"].get<double>() > 0);
+    CHECK(c["activations"].get<double>() > 0);  // the forward's, counted as tensors
     CHECK(c["libraries"].get<double>() > 30);
   }
   CHECK(steps == 2);

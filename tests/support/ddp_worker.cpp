@@ -51,7 +51,7 @@ TORCH_MODULE(Net);
 // small integers, so every order of summation gives the same floats: the difference must be exactly
 // 0. shm_dead: rank 1 leaves right after connecting; the others' all-reduce must fail naming it.
 // shm_mismatch: rank 1 all-reduces a longer tensor; every rank must fail saying so.
-// shm_op_mismatch: rank 1 all-gathers where rank 0 all-reduces; both must fail saying so.
+// shm_op_mismatch: rank 0 all-gathers where rank 1 reduce-scatters; both must fail saying so.
 // shm_collide: the segment's name is taken by a user's file, which must survive.
 int shmCollectives(ltrain::distributed::ProcessGroup& comm, const std::string& mode) {
   const int64_t rank = comm.runtime().rank;
@@ -79,13 +79,17 @@ int shmCollectives(ltrain::distributed::ProcessGroup& comm, const std::string& m
     return 0;
   }
   if (mode == "shm_mismatch" || mode == "shm_op_mismatch") {
-    // shm_mismatch: rank 1 reduces one element more than the others; shm_op_mismatch: rank 1
-    // all-gathers where the others all-reduce.
+    // shm_mismatch: rank 1 reduces one element more than the others; shm_op_mismatch: rank 0
+    // all-gathers where rank 1 reduce-scatters (which proves that both go through the segment).
     std::vector<at::Tensor> io{torch::ones({1000 + (rank == 1 && mode == "shm_mismatch" ? 1 : 0)})};
     try {
-      if (mode == "shm_op_mismatch" && rank == 1) {
-        auto out = torch::empty({1000 * comm.runtime().world_size});
+      const int64_t world = comm.runtime().world_size;
+      if (mode == "shm_op_mismatch" && rank == 0) {
+        auto out = torch::empty({1000 * world});
         comm.wait(comm.allgatherInto(out, io[0]));
+      } else if (mode == "shm_op_mismatch") {
+        auto in = torch::ones({1000 * world});
+        comm.wait(comm.reduceScatterInto(io[0], in));
       } else {
         comm.wait(comm.allreduce(io));
       }

@@ -2,7 +2,6 @@
 
 #include <ATen/EmptyTensor.h>
 #include <c10/core/Allocator.h>
-#include <fmt/format.h>
 #include <sys/mman.h>
 
 #include "ltrain/common/tensor_memory.h"

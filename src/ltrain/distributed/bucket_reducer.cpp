@@ -360,7 +360,10 @@ void BucketReducer::finishBackward() {
     if (b.work) pg_.wait(b.work);  // released buckets were waited for during backward
     stats_.bucket_wait_s.push_back(
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    if (opts_.release_after_reduce) b.work.reset(), releaseBuffer(b.buffer);
+    // Done with: Gloo's reduce-scatter copies into the slice again on every wait(), and a
+    // sharded optimizer frees the slice before the next step's prepareBackward looks.
+    b.work.reset();
+    if (opts_.release_after_reduce) releaseBuffer(b.buffer);
     if (scatters()) continue;  // the shard is the result, for the sharded optimizer
     for (size_t s : b.slots) {
       auto& p = slots_[s].param;

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <thread>
@@ -102,33 +103,23 @@ void sumSlots(const std::vector<const T*>& in, T* out, int64_t n) {
 
 enum class Op : int32_t { kAllreduce, kAllgather, kReduceScatter };
 
-const char* nameOf(Op op) {
-  switch (op) {
-    case Op::kAllgather:
-      return "all-gather";
-    case Op::kReduceScatter:
-      return "reduce-scatter";
-    case Op::kAllreduce:
-      break;
-  }
-  return "all-reduce";
-}
+// Each Op's name in messages and its c10d type, in the enum's order.
+struct OpInfo {
+  const char* name;
+  c10d::OpType type;
+};
+constexpr OpInfo kOps[] = {{"all-reduce", c10d::OpType::ALLREDUCE},
+                           {"all-gather", c10d::OpType::_ALLGATHER_BASE},
+                           {"reduce-scatter", c10d::OpType::_REDUCE_SCATTER_BASE}};
 
-c10d::OpType typeOf(Op op) {
-  switch (op) {
-    case Op::kAllgather:
-      return c10d::OpType::_ALLGATHER_BASE;
-    case Op::kReduceScatter:
-      return c10d::OpType::_REDUCE_SCATTER_BASE;
-    case Op::kAllreduce:
-      break;
-  }
-  return c10d::OpType::ALLREDUCE;
+const char* nameOf(Op op) {
+  const auto i = static_cast<size_t>(op);
+  return i < std::size(kOps) ? kOps[i].name : "unknown collective";
 }
 
 class ShmWork final : public c10d::Work {
  public:
-  explicit ShmWork(Op op) : c10d::Work(-1, typeOf(op)) {}
+  explicit ShmWork(Op op) : c10d::Work(-1, kOps[static_cast<size_t>(op)].type) {}
   void complete(std::exception_ptr e) { finish(std::move(e)); }
   // The worker thread ends every collective itself, by its own deadline and with a message that
   // names the late rank: the caller's timeout would only say "Operation timed out!".

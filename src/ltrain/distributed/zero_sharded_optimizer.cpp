@@ -130,16 +130,19 @@ StepReport ShardedOptimizerPlan::lastStep() const {
 PlanSummary ShardedOptimizerPlan::summary() const {
   PlanSummary r;
   r.optimizer_state_bytes = distributed::optimizerStateBytes(*opt_);
-  auto grads = reducer_->bufferTensors();  // the slices are the flat parameters' .grad too
+  // The buckets' buffers and the parameters' .grad where they have memory now; the reduced
+  // slices (the flat parameters' .grad) as a step holds them, their memory being freed between
+  // steps.
+  std::vector<torch::Tensor> grads;
+  for (const auto& t : reducer_->bufferTensors())
+    if (!std::any_of(shards_.begin(), shards_.end(),
+                     [&](const Shard& sh) { return t.is_same(sh.bucket.shard); }))
+      grads.push_back(t);
   for (const auto& p : model_->parameters()) grads.push_back(p.grad());
-  r.gradient_bytes = distinctStorageBytes(grads);
-  // The reduced slices as a step holds them (their memory is freed between steps).
-  for (const auto& sh : shards_) {
-    int64_t slices = bytesOf(sh.bucket.shard);
-    if (hasStorage(sh.bucket.shard)) r.gradient_bytes -= slices;  // counted above
-    if (sh.grad.defined()) slices += bytesOf(sh.grad);
-    r.gradient_bytes += slices, r.gradient_bytes_within_steps += slices;
-  }
+  for (const auto& sh : shards_)
+    r.gradient_bytes_within_steps +=
+        bytesOf(sh.bucket.shard) + (sh.grad.defined() ? bytesOf(sh.grad) : 0);
+  r.gradient_bytes = distinctStorageBytes(grads) + r.gradient_bytes_within_steps;
   describe(r);
   return r;
 }
