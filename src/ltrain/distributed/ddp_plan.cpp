@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include <algorithm>
+
 #include "ltrain/distributed/bucket_reducer.h"
 #include "ltrain/distributed/gradients.h"
 #include "ltrain/distributed/optimizer_state.h"
@@ -23,7 +25,10 @@ class DdpPlan final : public ParallelPlan, private PlanState {
         extras_given_(s.extras),
         norm_group_(s.norm_group),
         norm_weight_(std::move(s.norm_weight)) {
-    if (!s.pg) return;
+    if (!s.pg) {
+      watchGradients();
+      return;
+    }
     backend_ = s.pg->backendName() + (s.pg->sharedMemory() ? " (shared memory)" : "");
     if (s.shares.empty()) s.shares.push_back({s.pg->device(), ReducedTensors::of(*model_)});
     // NCCL wants one device per communicator: a pipeline's stages each get one, over the same
@@ -47,6 +52,10 @@ class DdpPlan final : public ParallelPlan, private PlanState {
     }
   }
 
+  ~DdpPlan() override {
+    for (auto& [p, hook] : hooks_) p.remove_hook(hook);
+  }
+
   void prepare(const MicroStep& m) override {
     if (m.last_backward_of_stage >= 0) {
       const auto stage = static_cast<size_t>(m.last_backward_of_stage);
@@ -64,6 +73,7 @@ class DdpPlan final : public ParallelPlan, private PlanState {
     if (stages_.empty()) {
       // One process: the extras are this rank's own values.
       extras_ = extras_given_.values(torch::kFloat);
+      forgetUnseenGradients();
     } else {
       for (auto& st : stages_) st.reducer->finishBackward();
       extras_ = stages_.front().reducer->extraScalars();
@@ -137,19 +147,39 @@ class DdpPlan final : public ParallelPlan, private PlanState {
     bool has_buffers = false;
   };
 
+  // Zeroed where they are, as PyTorch's DDP under gradient_as_bucket_view (backward then
+  // accumulates straight into the bucket, and no step allocates whole gradients anew), and in one
+  // process too: set to none there, a large model's gradients went back to the heap, the next
+  // forward's activations landed among them, and the next backward's no longer fit (a 302M GPT's
+  // peak grew by 800 MiB of allocator slack at its second step; giving the pages back instead cost
+  // 13% samples/s in faults, bench/RESULTS.md). What PyTorch's set-to-none means for the
+  // optimizer is kept by forgetUnseenGradients().
   void zeroGradientsInPlace() {
     torch::NoGradGuard no_grad;
-    for (auto& p : model_->parameters()) {
-      if (stages_.empty() || !p.grad().defined()) {
-        // One process: set to none, as PyTorch's zero_grad. (By hand: LibTorch's zero_grad()
-        // detaches in place first, which a gradient that is a view of its bucket refuses.)
-        p.mutable_grad().reset();
-      } else {
-        // Zeroed where it is, as PyTorch's DDP under gradient_as_bucket_view: backward then
-        // accumulates straight into the bucket, and no step allocates whole gradients anew.
-        p.mutable_grad().zero_();
-      }
+    for (auto& p : model_->parameters())
+      if (p.grad().defined()) p.mutable_grad().zero_();
+    if (seen_) std::fill(seen_->begin(), seen_->end(), 0);
+  }
+
+  // One process: each trainable parameter's gradient hook marks it as given a gradient this step.
+  void watchGradients() {
+    const auto params = model_->parameters();
+    seen_ = std::make_shared<std::vector<uint8_t>>(params.size(), 0);
+    for (size_t i = 0; i < params.size(); ++i) {
+      if (!params[i].requires_grad()) continue;
+      auto seen = seen_;  // shared with the hooks, which the destructor removes
+      hooks_.emplace_back(
+          params[i], params[i].register_hook([seen, i](const torch::Tensor&) { (*seen)[i] = 1; }));
     }
+  }
+
+  // A parameter no backward reached since the step's first micro-step (an expert no token chose,
+  // a branch not taken) has no gradient, as after PyTorch's zero_grad(set_to_none=True): the
+  // optimizer skips it rather than stepping it with zeros (weight decay, momentum).
+  void forgetUnseenGradients() {
+    const auto params = model_->parameters();
+    for (size_t i = 0; i < params.size(); ++i)
+      if (!(*seen_)[i] && params[i].grad().defined()) params[i].mutable_grad().reset();
   }
 
   // The whole model's squared gradient norm (PlanSetup::norm_group: summed over the parts).
@@ -179,6 +209,8 @@ class DdpPlan final : public ParallelPlan, private PlanState {
   std::string backend_;
   ProcessGroup* norm_group_;
   std::function<double(const torch::Tensor&)> norm_weight_;
+  std::shared_ptr<std::vector<uint8_t>> seen_;  // one process: watchGradients()
+  std::vector<std::pair<torch::Tensor, unsigned>> hooks_;
 };
 
 }  // namespace
