@@ -734,9 +734,11 @@ TEST_CASE("dist.zero=3 resumes a whole .pt with only rank 0 holding it whole", "
   const auto summary = ltrain::io::Json::parse(readText(dir / "z3/summary.json"));
   std::istringstream again(readText(log));
   int steps = 0;
+  std::map<int, double> libraries_at_start;  // the first phase's, before the process group
   for (std::string line; std::getline(again, line);) {
     const auto j = ltrain::io::Json::parse(line);
     INFO(line);
+    libraries_at_start.emplace(j["rank"].get<int>(), j["categories_mb"]["libraries"].get<double>());
     REQUIRE(j.contains("categories_mb"));
     double sum = 0;
     for (const auto& [name, mb] : j["categories_mb"].items()) sum += mb.get<double>();
@@ -752,6 +754,10 @@ TEST_CASE("dist.zero=3 resumes a whole .pt with only rank 0 holding it whole", "
     CHECK(c["gathered_units"].get<double>() > 0);
     CHECK(c["activations"].get<double>() > 0);  // the forward's, counted as tensors
     CHECK(c["libraries"].get<double>() > 30);
+    // The shared-memory collectives' segment (2 buffers x 2 ranks x 4 MiB), resident from the
+    // process group's start, is the library's, not a step's slack.
+    CHECK(c["libraries"].get<double>() - libraries_at_start.at(j["rank"].get<int>()) ==
+          Approx(16).margin(0.1));
   }
   CHECK(steps == 2);
 }

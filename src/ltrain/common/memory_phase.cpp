@@ -26,6 +26,7 @@ struct Phases {
   std::vector<PhaseRecord> ended;
   // Before the first phase: what was resident, and how much of it tensors (categories_mb).
   double base_rss_mb = -1, base_tensor_mb = 0;
+  int64_t library_bytes = 0;  // addLibraryBytes
   std::function<KeptMemory()> kept;
 };
 
@@ -80,12 +81,13 @@ std::string categories(double peak_rss_mb) {
   const double tensors = static_cast<double>(t.peak) / kMiB - p.base_tensor_mb;
   const double held = kept_but_gradients + gradients + gathered + buckets;
   const double activations = std::max(0.0, tensors - held);
-  const double slack = peak_rss_mb - p.base_rss_mb - (held + activations);
+  const double libraries = p.base_rss_mb + static_cast<double>(p.library_bytes) / kMiB;
+  const double slack = peak_rss_mb - libraries - (held + activations);
   return fmt::format(
       ", \"categories_mb\": {{\"libraries\": {:.1f}, \"parameters\": {:.1f}, \"gradients\": "
       "{:.1f}, \"optimizer_state\": {:.1f}, \"buffers\": {:.1f}, \"gathered_units\": {:.1f}, "
       "\"gradient_buckets\": {:.1f}, \"activations\": {:.1f}, \"allocator_slack\": {:.1f}}}",
-      p.base_rss_mb, static_cast<double>(k.parameters) / kMiB, gradients,
+      libraries, static_cast<double>(k.parameters) / kMiB, gradients,
       static_cast<double>(k.optimizer_state) / kMiB, static_cast<double>(k.buffers) / kMiB,
       gathered, buckets, activations, slack);
 }
@@ -168,6 +170,12 @@ MemoryPhase::~MemoryPhase() {
   if (std::uncaught_exceptions() > exceptions_ && p.failed.empty()) p.failed = name_;
   p.current = outer_;
   appendLog(name_, start_rss_mb_, peak, end);
+}
+
+void addLibraryBytes(int64_t bytes) {
+  auto& p = phases();
+  std::lock_guard<std::mutex> lock(p.mu);
+  p.library_bytes += bytes;
 }
 
 void setKeptMemory(std::function<KeptMemory()> kept) {

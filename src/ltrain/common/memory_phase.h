@@ -10,7 +10,8 @@
 //   {"rank": R, "phase": "build", "start_rss_mb": ..., "peak_rss_mb": ..., "end_rss_mb": ...,
 //    "categories_mb": {...}}
 // categories_mb splits the phase's peak by what held it (CPU runs; tensor_memory.h counts):
-//   libraries     resident before the first phase: LibTorch, threads, the process group, data
+//   libraries     resident before the first phase: LibTorch, threads, the data; and what a
+//                 library holds for the whole run from when it starts (addLibraryBytes)
 //   parameters, gradients, optimizer_state, buffers
 //                 what the run keeps (ZeRO: this rank's slices), as at the phase's end; ZeRO's
 //                 reduced gradient slices, which exist only within a step, as at the tensors' peak
@@ -54,6 +55,10 @@ struct KeptMemory {
 // `kept` (null: none) is asked at each phase's end, when LTRAIN_MEMORY_LOG is set; whoever sets it
 // sets null before what it reads goes.
 void setKeptMemory(std::function<KeptMemory()> kept);
+
+// Memory a library keeps resident from now on, whatever the model (the shared-memory
+// collectives' segment, populated when the process group starts): counted with libraries.
+void addLibraryBytes(int64_t bytes);
 
 // This process's phases so far, in the order they ended (summary.json's memory_phases).
 std::vector<PhaseRecord> memoryPhases();

@@ -22,6 +22,8 @@
 #include <random>
 #include <thread>
 
+#include "ltrain/common/memory_phase.h"
+
 namespace ltrain::distributed {
 namespace {
 
@@ -154,7 +156,10 @@ struct SharedMemoryCollectives::State {
   std::atomic<bool> abort{false};
   std::thread worker;
 
+  bool counted = false;  // in LTRAIN_MEMORY_LOG's libraries
+
   ~State() {
+    if (counted) addLibraryBytes(-static_cast<int64_t>(map_bytes));
     if (map != MAP_FAILED) munmap(map, map_bytes);
   }
 
@@ -451,8 +456,12 @@ std::unique_ptr<SharedMemoryCollectives> SharedMemoryCollectives::join(
     }
   } created;
 
+  // Populated at once: every rank touches every slot in its first collectives anyway, and so the
+  // segment is resident from the start, one fixed cost of the process group (LTRAIN_MEMORY_LOG's
+  // "libraries") rather than a step's growth.
   auto mapFd = [&](int fd) {
-    st->map = mmap(nullptr, st->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    st->map =
+        mmap(nullptr, st->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
     if (st->map == MAP_FAILED) return fmt::format("mmap of {}: {}", name, std::strerror(errno));
     st->h = static_cast<Header*>(st->map);
     st->data = static_cast<char*>(st->map) + kHeaderBytes;
@@ -536,6 +545,8 @@ std::unique_ptr<SharedMemoryCollectives> SharedMemoryCollectives::join(
     if (st->h->pid_namespaces[j] == 0 || st->h->pid_namespaces[j] != st->h->pid_namespaces[rank] ||
         (kill(st->h->pids[j], 0) != 0 && errno == ESRCH))
       st->pids_visible = false;
+  addLibraryBytes(static_cast<int64_t>(st->map_bytes));
+  st->counted = true;
   return std::unique_ptr<SharedMemoryCollectives>(new SharedMemoryCollectives(std::move(st)));
 }
 
