@@ -81,3 +81,43 @@ TEST_CASE(
     plan->step({0.1, 0.0, torch::Tensor()});
   }
 }
+
+TEST_CASE(
+    "one process: gradients are zeroed where they are between steps, and a parameter no backward "
+    "reached is skipped by AdamW as after zero_grad(set_to_none=True)") {
+  torch::manual_seed(0);
+  torch::nn::Linear used(4, 3), branch(4, 3);
+  auto net = std::make_shared<torch::nn::Module>();
+  net->register_module("used", used), net->register_module("branch", branch);
+  ltrain::distributed::PlanSetup s;
+  s.model = net, s.dist = ltrain::config::defaults().dist;  // no process group: one process
+  s.make_optimizer = [](std::vector<torch::Tensor> p,
+                        std::vector<std::vector<ltrain::ElementRange>>)
+      -> std::unique_ptr<torch::optim::Optimizer> {
+    return std::make_unique<torch::optim::AdamW>(p,
+                                                 torch::optim::AdamWOptions(0.1).weight_decay(0.5));
+  };
+  auto plan = ltrain::distributed::planFor(std::move(s));
+  const void* used_grad = nullptr;
+  torch::Tensor branch_before;
+  for (int step = 1; step <= 3; ++step) {
+    INFO("step " << step);
+    const auto x = torch::randn({5, 4});
+    const bool takes_branch = step != 2;  // step 2 never reaches the branch
+    plan->prepare(ltrain::distributed::MicroStep::forward(/*first=*/true, /*last=*/true));
+    auto loss = used->forward(x).square().sum();
+    if (takes_branch) loss = loss + branch->forward(x).square().sum();
+    const auto expected = torch::autograd::grad({loss}, {used->weight}, {}, /*retain_graph=*/true);
+    loss.backward();
+    plan->finishGradients(torch::Tensor());
+    CHECK(torch::allclose(used->weight.grad(), expected[0], 1e-6, 1e-7));
+    // The same memory from step to step: no step allocates the gradients anew.
+    if (step > 1) CHECK(used->weight.grad().data_ptr() == used_grad);
+    used_grad = used->weight.grad().data_ptr();
+    CHECK(branch->weight.grad().defined() == takes_branch);
+    branch_before = branch->weight.detach().clone();
+    plan->step({0.1, 0.0, torch::Tensor()});
+    // Unreached, it is not stepped: neither weight decay nor AdamW's moments move it.
+    CHECK(branch->weight.detach().equal(branch_before) == !takes_branch);
+  }
+}
