@@ -23,13 +23,14 @@ keys=(data.dataset=tokens data.path=$tmp/tokens "data.train_files=train_*.bin"
   train.checkpoint_every=0 train.threads=1)
 peak() { python3 -c "import json,sys; print(round(json.load(open(sys.argv[1]))['peak_rss_mb']))" "$1"; }
 speed() { python3 -c "import json,sys; print('%.3f' % json.load(open(sys.argv[1]))['samples_per_s'])" "$1"; }
-# What a rank holds before the model (LibTorch, threads, the process group, the data): the first
-# phase's start in LTRAIN_MEMORY_LOG, the largest rank's.
+# The library floor: what a rank holds whatever the model (LibTorch and its code paged in as
+# kernels first run, threads, the data, the shared-memory collectives' segment):
+# LTRAIN_MEMORY_LOG's "libraries", the largest rank's.
 start() {
   python3 -c "import json,sys; print(round(max(json.loads(l)['categories_mb']['libraries'] for l in open(sys.argv[1]))))" "$1"
 }
 P=$(python3 -c "print(round(${LAYERS:-24} * 12.6e6 * 4 / 2**20))")  # about 12.6M a block
-echo "| processes | share (P+G+2P)/W | ltrain start | ltrain peak | peak / (share + start) | fully_shard peak | ltrain / fully_shard | samples/s ltrain, fully_shard |"
+echo "| processes | share (P+G+2P)/W | ltrain library floor | ltrain peak | peak / (share + floor) | fully_shard peak | ltrain / fully_shard | samples/s ltrain, fully_shard |"
 echo "| --- | --- | --- | --- | --- | --- | --- | --- |"
 for w in 1 2 4; do
   zero=3; [ "$w" -eq 1 ] && zero=0

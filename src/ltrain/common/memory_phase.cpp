@@ -25,7 +25,7 @@ struct Phases {
   double peak_before = 0;  // VmHWM before the last reset
   std::vector<PhaseRecord> ended;
   // Before the first phase: what was resident, and how much of it tensors (categories_mb).
-  double base_rss_mb = -1, base_tensor_mb = 0;
+  double base_rss_mb = -1, base_tensor_mb = 0, base_file_mb = 0;
   int64_t library_bytes = 0;  // addLibraryBytes
   std::function<KeptMemory()> kept;
 };
@@ -63,7 +63,9 @@ constexpr double kMiB = 1024.0 * 1024.0;
 
 // The phase's peak split by what held it (memory_phase.h), as a JSON object; "" when tensors are
 // not counted.
-std::string categories(double peak_rss_mb) {
+// file_mb: the file-backed resident pages at the phase's start (RssFile): the libraries' code,
+// paged in as kernels first run (20 MiB over a GPT's first steps), and mapped data.
+std::string categories(double peak_rss_mb, double file_mb) {
   auto& p = phases();
   if (!tensorMemoryTracked() || p.base_rss_mb < 0) return "";
   const TensorMemory t = tensorMemory();
@@ -81,7 +83,8 @@ std::string categories(double peak_rss_mb) {
   const double tensors = static_cast<double>(t.peak) / kMiB - p.base_tensor_mb;
   const double held = kept_but_gradients + gradients + gathered + buckets;
   const double activations = std::max(0.0, tensors - held);
-  const double libraries = p.base_rss_mb + static_cast<double>(p.library_bytes) / kMiB;
+  const double libraries = p.base_rss_mb + std::max(0.0, file_mb - p.base_file_mb) +
+                           static_cast<double>(p.library_bytes) / kMiB;
   const double slack = peak_rss_mb - libraries - (held + activations);
   return fmt::format(
       ", \"categories_mb\": {{\"libraries\": {:.1f}, \"parameters\": {:.1f}, \"gradients\": "
@@ -94,7 +97,7 @@ std::string categories(double peak_rss_mb) {
 
 // Under phases().mu, from a destructor: it must not throw, even when memory ran out (the phase an
 // allocation failed in is what the error names; its record may be lost).
-void appendLog(const std::string& phase, double start, double peak, double end) {
+void appendLog(const std::string& phase, double start, double peak, double end, double file_mb) {
   try {
     phases().ended.push_back({phase, start, peak, end});
   } catch (...) {
@@ -107,7 +110,7 @@ void appendLog(const std::string& phase, double start, double peak, double end) 
     line = fmt::format(
         "{{\"rank\": {}, \"phase\": \"{}\", \"start_rss_mb\": {:.1f}, \"peak_rss_mb\": "
         "{:.1f}, \"end_rss_mb\": {:.1f}{}}}\n",
-        rank && *rank ? std::atoi(rank) : 0, phase, start, peak, end, categories(peak));
+        rank && *rank ? std::atoi(rank) : 0, phase, start, peak, end, categories(peak, file_mb));
   } catch (...) {
     return;
   }
@@ -151,10 +154,14 @@ MemoryPhase::MemoryPhase(std::string name)
   outer_ = p.current;
   p.current = name_;
   p.failed.clear();
+  // What earlier work left free in the heap (a step that was no phase) is not this phase's.
+  giveBackFreedMemory();
   resetPeak();
   start_rss_mb_ = currentRssMb();
+  start_file_mb_ = statusMb("RssFile:");
   if (p.base_rss_mb < 0) {
     p.base_rss_mb = start_rss_mb_;
+    p.base_file_mb = start_file_mb_;
     p.base_tensor_mb = static_cast<double>(tensorMemory().live) / kMiB;
   }
   resetTensorPeak();
@@ -169,7 +176,7 @@ MemoryPhase::~MemoryPhase() {
   p.peak_before = std::max(p.peak_before, peak);
   if (std::uncaught_exceptions() > exceptions_ && p.failed.empty()) p.failed = name_;
   p.current = outer_;
-  appendLog(name_, start_rss_mb_, peak, end);
+  appendLog(name_, start_rss_mb_, peak, end, start_file_mb_);
 }
 
 void addLibraryBytes(int64_t bytes) {

@@ -3,15 +3,18 @@
 // bench/zero_memory.sh measures sharding with, and what an out-of-memory error names.
 // A phase resets the kernel's peak (VmHWM, through /proc/self/clear_refs) when it starts, so its
 // peak is its own; processPeakRssMb() keeps the peak since the process started across resets.
-// When it ends, the heap's free pages go back to the system (allocator.h: giveBackFreedMemory),
-// so that what a phase freed does not stay resident through the rest of the run.
+// When it starts and when it ends, the heap's free pages go back to the system (allocator.h:
+// giveBackFreedMemory), so that what a phase freed does not stay resident through the rest of the
+// run, and what came before it (a step that was no phase) does not count in its peak.
 // Each phase's end is kept in memoryPhases(); with LTRAIN_MEMORY_LOG=FILE it also appends one JSON
 // line to FILE:
 //   {"rank": R, "phase": "build", "start_rss_mb": ..., "peak_rss_mb": ..., "end_rss_mb": ...,
 //    "categories_mb": {...}}
 // categories_mb splits the phase's peak by what held it (CPU runs; tensor_memory.h counts):
-//   libraries     resident before the first phase: LibTorch, threads, the data; and what a
-//                 library holds for the whole run from when it starts (addLibraryBytes)
+//   libraries     resident before the first phase: LibTorch, threads, the data; the files'
+//                 pages resident since, as at the phase's start (the libraries' code, paged in
+//                 as kernels first run); and what a library holds for the whole run from when it
+//                 starts (addLibraryBytes)
 //   parameters, gradients, optimizer_state, buffers
 //                 what the run keeps (ZeRO: this rank's slices), as at the phase's end; ZeRO's
 //                 reduced gradient slices, which exist only within a step, as at the tensors' peak
@@ -39,7 +42,7 @@ class MemoryPhase {
 
  private:
   std::string name_, outer_;
-  double start_rss_mb_ = 0;
+  double start_rss_mb_ = 0, start_file_mb_ = 0;
   int exceptions_ = 0;
 };
 
