@@ -5,6 +5,7 @@
 #include <sys/mman.h>
 
 #include "ltrain/common/tensor_memory.h"
+#include "ltrain/common/tensor_storage.h"
 
 namespace ltrain {
 namespace {
@@ -48,6 +49,12 @@ torch::Tensor mappedZeros(int64_t numel, const torch::TensorOptions& options) {
   static MappingAllocator allocator;
   return at::detail::empty_generic({numel}, &allocator, c10::DispatchKeySet(c10::DispatchKey::CPU),
                                    c10::typeMetaToScalarType(options.dtype()), std::nullopt);
+}
+
+torch::Tensor mappedZeros(int64_t numel, const torch::TensorOptions& options, Transient kind) {
+  auto t = mappedZeros(numel, options);
+  addTransientBytes(kind, bytesOf(t));
+  return t;
 }
 
 }  // namespace ltrain

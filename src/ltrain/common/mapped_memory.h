@@ -7,10 +7,15 @@
 #pragma once
 #include <torch/types.h>
 
+#include "ltrain/common/tensor_memory.h"
+
 namespace ltrain {
 
 // Zeros (fresh pages are zero), on the CPU; elsewhere torch::zeros. Its storage keeps the mapping
 // allocator, so memory given back and taken again (tensor_storage.h) is mapped again.
 torch::Tensor mappedZeros(int64_t numel, const torch::TensorOptions& options);
+// The same, counted as transient memory of `kind` until its owner frees it
+// (tensor_storage.h's freeStorage with the same kind).
+torch::Tensor mappedZeros(int64_t numel, const torch::TensorOptions& options, Transient kind);
 
 }  // namespace ltrain

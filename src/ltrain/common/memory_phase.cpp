@@ -158,7 +158,7 @@ MemoryPhase::MemoryPhase(std::string name)
   giveBackFreedMemory();
   resetPeak();
   start_rss_mb_ = currentRssMb();
-  start_file_mb_ = statusMb("RssFile:");
+  start_file_mb_ = tensorMemoryTracked() ? statusMb("RssFile:") : 0;  // for categories_mb only
   if (p.base_rss_mb < 0) {
     p.base_rss_mb = start_rss_mb_;
     p.base_file_mb = start_file_mb_;

@@ -6,6 +6,8 @@
 #include <c10/core/Allocator.h>
 #include <torch/types.h>
 
+#include "ltrain/common/tensor_memory.h"
+
 namespace ltrain {
 
 inline bool hasStorage(const torch::Tensor& t) {
@@ -31,6 +33,20 @@ inline void allocateStorage(const torch::Tensor& t) {
 // The bytes of its elements, whether it has memory now or not.
 inline int64_t bytesOf(const torch::Tensor& t) {
   return t.numel() * static_cast<int64_t>(t.element_size());
+}
+
+// The same for memory taken and given back within steps, counted as `kind` (LTRAIN_MEMORY_LOG):
+// each does nothing where the tensor already has memory, or has none.
+inline void allocateStorage(const torch::Tensor& t, Transient kind) {
+  if (hasStorage(t)) return;
+  allocateStorage(t);
+  addTransientBytes(kind, bytesOf(t));
+}
+
+inline void freeStorage(const torch::Tensor& t, Transient kind) {
+  if (!hasStorage(t)) return;
+  addTransientBytes(kind, -bytesOf(t));
+  freeStorage(t);
 }
 
 // A tensor of `sizes` and `options` that has no memory (as a freed one).

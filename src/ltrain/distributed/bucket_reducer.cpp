@@ -144,10 +144,7 @@ void BucketReducer::layOutBuckets(const std::vector<size_t>& order) {
     const auto wire = first.options().dtype(opts_.collective->wireType(first.scalar_type()));
     b.length = length, b.wire = wire;
     if (!opts_.release_after_reduce) b.buffer = torch::zeros({length}, wire);
-    if (scatters()) {
-      b.shard = mappedZeros(length / world_, wire);
-      addTransientBytes(Transient::kGradientSlices, bytesOf(b.shard));
-    }
+    if (scatters()) b.shard = mappedZeros(length / world_, wire, Transient::kGradientSlices);
     b.slots = g;
     buckets_.push_back(std::move(b));
   }
@@ -249,9 +246,9 @@ void BucketReducer::markReady(size_t s) {
   torch::NoGradGuard no_grad;
   if (!b.buffer.defined()) {
     if (opts_.release_after_reduce) releaseLaunched();
-    b.buffer = mappedZeros(b.length, b.wire);  // zeros: the padding
-    if (opts_.release_after_reduce)
-      addTransientBytes(Transient::kGradientBuckets, static_cast<int64_t>(b.buffer.nbytes()));
+    b.buffer = opts_.release_after_reduce  // zeros: the padding
+                   ? mappedZeros(b.length, b.wire, Transient::kGradientBuckets)
+                   : mappedZeros(b.length, b.wire);
   }
   auto view = b.buffer.narrow(0, slot.offset, slot.numel);
   const auto& grad = slot.param.grad();
@@ -285,10 +282,8 @@ void BucketReducer::launchReady() {
       opts_.extras.writeInto(
           b.buffer.narrow(0, extras_offset_, static_cast<int64_t>(opts_.extras.count)));
     }
-    if (scatters() && !hasStorage(b.shard)) {  // a sharded optimizer frees it between steps
-      allocateStorage(b.shard);
-      addTransientBytes(Transient::kGradientSlices, bytesOf(b.shard));
-    }
+    // A sharded optimizer frees it between steps.
+    if (scatters()) allocateStorage(b.shard, Transient::kGradientSlices);
     b.work = opts_.collective->launch(b.buffer, b.shard);
     ++stats_.collectives;
     if (stats_.first_launch_s < 0) stats_.first_launch_s = now();

@@ -66,22 +66,6 @@ std::vector<int64_t> unitsOfLayers(const std::vector<std::vector<torch::Tensor>>
   return out;
 }
 
-namespace {
-
-// A unit's buffer gets its memory, or gives it back (LTRAIN_MEMORY_LOG counts it as gathered).
-void fill(const torch::Tensor& full) {
-  if (hasStorage(full)) return;
-  allocateStorage(full);
-  addTransientBytes(Transient::kGatheredUnits, static_cast<int64_t>(full.storage().nbytes()));
-}
-
-void empty(const torch::Tensor& full) {
-  addTransientBytes(Transient::kGatheredUnits, -static_cast<int64_t>(full.storage().nbytes()));
-  freeStorage(full);
-}
-
-}  // namespace
-
 ShardedParameters::ShardedParameters(ProcessGroup& pg, std::vector<UnitInit> units,
                                      std::vector<int64_t> unit_of_layer, bool prefetch,
                                      torch::ScalarType gathered_dtype)
@@ -139,7 +123,7 @@ void ShardedParameters::gather(size_t i, bool wait) {
   Unit& u = units_[i];
   if (!u.gathered && !u.parts.front().gathering) {
     for (auto& part : u.parts) {
-      fill(part.full);
+      allocateStorage(part.full, Transient::kGatheredUnits);
       // Cast before the all-gather (bf16 units): half the traffic, and the cast is each rank's.
       part.cast = part.shard.detach().to(part.full.scalar_type());
       part.gathering = pg_.allgatherInto(part.full, part.cast);
@@ -161,7 +145,7 @@ void ShardedParameters::release(size_t i) {
   for (auto& part : u.parts) {
     if (part.gathering) pg_.wait(part.gathering), part.gathering.reset();  // not under a collective
     part.cast = torch::Tensor();
-    empty(part.full);
+    freeStorage(part.full, Transient::kGatheredUnits);
   }
   u.gathered = false;
 }

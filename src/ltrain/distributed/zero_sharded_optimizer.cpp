@@ -44,10 +44,8 @@ ShardedOptimizerPlan::ShardedOptimizerPlan(const PlanSetup& s, const Configure& 
                    .set_requires_grad(true);
     // The optimizer reads the reduce-scatter's output in place: no copy per step; reduced in
     // another dtype, it is cast into a gradient of the slice's own after each backward.
-    if (sh.bucket.shard.scalar_type() != sh.param.scalar_type()) {
-      sh.grad = mappedZeros(sh.param.numel(), sh.param.options());
-      addTransientBytes(Transient::kGradientSlices, bytesOf(sh.grad));
-    }
+    if (sh.bucket.shard.scalar_type() != sh.param.scalar_type())
+      sh.grad = mappedZeros(sh.param.numel(), sh.param.options(), Transient::kGradientSlices);
     sh.param.mutable_grad() = sh.grad.defined() ? sh.grad : sh.bucket.shard;
     slices.push_back(sh.param);
     // Which elements of the slice are of matrices (optimizer.decay matrices decays those).
@@ -80,8 +78,7 @@ torch::Tensor ShardedOptimizerPlan::finishGradients(const torch::Tensor& unscale
   afterBackward();
   for (auto& s : shards_)
     if (s.grad.defined()) {
-      if (!hasStorage(s.grad))
-        allocateStorage(s.grad), addTransientBytes(Transient::kGradientSlices, bytesOf(s.grad));
+      allocateStorage(s.grad, Transient::kGradientSlices);
       s.grad.copy_(s.bucket.shard);
     }
   auto found = unscaleAndFindInf(shardGradients(), unscale);
@@ -113,10 +110,7 @@ void ShardedOptimizerPlan::zeroGradients() {
 void ShardedOptimizerPlan::freeGradients() {
   for (auto& s : shards_)
     for (const auto* t : {&s.bucket.shard, &s.grad})
-      if (t->defined() && hasStorage(*t)) {
-        addTransientBytes(Transient::kGradientSlices, -bytesOf(*t));
-        freeStorage(*t);
-      }
+      if (t->defined()) freeStorage(*t, Transient::kGradientSlices);
 }
 
 StepReport ShardedOptimizerPlan::lastStep() const {
